@@ -1,0 +1,68 @@
+# Developer entry points. Every target that needs tools runs scripts/bootstrap.sh first, which
+# installs what is missing (apt, venv, pip, npm) and returns at once when nothing changed.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+BIN := $(VENV)/bin
+PYTHON := $(BIN)/python
+STATE_DIR ?= .state/devcluster
+
+# Wall-clock budget for the whole pytest run (CI allows 90 minutes for all of .ci/run).
+TEST_BUDGET_S ?= 3000
+PYTEST_ARGS ?=
+
+# Modules type-checked strictly (setup.cfg [mypy-...] sections); only those that exist are passed.
+STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle gpuworkspace_spawner/catalog
+STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables rbac faults resources errors,gpuworkspace_spawner/devcluster/$(m).py))
+MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)
+
+BENCHMARKS := $(sort $(wildcard tests/benchmarks/bench_*.py))
+
+.PHONY: help venv test lint bench docs demo clean
+
+help:
+	@echo "make demo   set everything up, then start the local devcluster (Kubernetes API emulator)"
+	@echo "make test   set everything up, lint, then run the test suite (what CI runs via .ci/run)"
+	@echo "make lint   ruff check, ruff format --check, import-linter contracts, mypy on the pure core"
+	@echo "make bench  run every tests/benchmarks/bench_*.py as a script"
+	@echo "make docs   build the Sphinx docs into docs/_build/html (warnings are errors)"
+	@echo "make venv   only set up: apt packages, .venv, pip install -e .[...], npm ci"
+	@echo "make clean  remove build outputs and caches (keeps .venv, node_modules and .state)"
+
+venv:
+	@bash scripts/bootstrap.sh
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy $(MYPY_TARGETS)
+
+test: lint
+	timeout --signal=INT --kill-after=60 $(TEST_BUDGET_S) \
+		$(BIN)/pytest -p no:cacheprovider -q -m "not soak and not bench" --durations=10 $(PYTEST_ARGS) tests/
+
+bench: venv
+	@if [ -z "$(BENCHMARKS)" ]; then echo "bench: no tests/benchmarks/bench_*.py yet"; fi
+	@for f in $(BENCHMARKS); do \
+		mod=$$(basename "$$f" .py); \
+		echo "== $$mod"; \
+		$(PYTHON) -m tests.benchmarks.$$mod || exit $$?; \
+	done
+
+docs: venv
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
+
+# The devcluster runs in the foreground until Ctrl-C; JupyterHub is wired into the demo later.
+demo: venv
+	@mkdir -p $(STATE_DIR)
+	@echo "demo: starting the devcluster; once it answers, use it with:"
+	@echo "demo:   export KUBECONFIG=$(abspath $(STATE_DIR))/kubeconfig"
+	$(BIN)/gpuworkspace-devcluster up --state-dir $(STATE_DIR)
+
+clean:
+	rm -rf build dist docs/_build .mypy_cache .ruff_cache .pytest_cache .import_linter_cache *.egg-info
+	find . -path ./.venv -prune -o -path ./node_modules -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf

@@ -1,0 +1,1 @@
+"""The versioned WorkspaceProfile catalog: model, loader and validation; no I/O beyond reading files."""

@@ -1,0 +1,610 @@
+"""The HTTP face of the devcluster: URL routing, content negotiation, auth, faults, request log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+import yaml
+from aiohttp import web
+
+from . import discovery, errors, openapi, rbac, tables, validation
+from .errors import ApiError
+from .faults import FaultInjector
+from .resources import (
+    KUBEVIRT_SUBRESOURCE_GROUP,
+    KUBEVIRT_VM_ACTIONS,
+    ResourceType,
+    find,
+)
+from .selectors import parse_field_selector, parse_label_selector
+from .store import Obj
+from .verbs import Verbs
+from .watching import DEFAULT_WATCH_TIMEOUT_S, WatchRequest, WatchStream
+
+log = logging.getLogger(__name__)
+JSON = "application/json"
+TRUE = ("true", "True", "1")
+
+
+@dataclass
+class RequestRecord:
+    """One line of the request log that tests and benchmarks count."""
+
+    time: float
+    method: str
+    verb: str
+    resource: str
+    namespace: str
+    name: str
+    status: int
+    duration_s: float
+    user_agent: str
+    user: str
+    query: str = ""
+
+
+@dataclass
+class Route:
+    """A parsed resource URL."""
+
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str
+    watch_path: bool = False
+
+
+@dataclass
+class ApiServerConfig:
+    authenticator: rbac.TokenAuthenticator | None = None  # None: anonymous admin (no auth)
+    rbac_enabled: bool = False
+    bookmark_interval_s: float = 5.0
+    request_log_size: int = 200_000
+    extra_handlers: dict[str, Callable[..., Awaitable[web.StreamResponse]]] = field(default_factory=dict)
+
+
+class ApiServer:
+    def __init__(self, verbs: Verbs, faults: FaultInjector, config: ApiServerConfig | None = None) -> None:
+        self.verbs = verbs
+        self.store = verbs.store
+        self.faults = faults
+        self.config = config or ApiServerConfig()
+        self.request_log: list[RequestRecord] = []
+        self.pod_io: Any = None  # podio.PodIO, set by the cluster (log and exec)
+        self.vm_actions: Callable[[str, str, str], Obj] | None = None
+        self._openapi_v2: bytes | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    # ------------------------------------------------------------ entry point
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
+        record = RequestRecord(
+            time.time(),
+            request.method,
+            "",
+            "",
+            "",
+            "",
+            0,
+            0.0,
+            request.headers.get("User-Agent", ""),
+            "",
+            request.query_string,
+        )
+        try:
+            resp = await self._dispatch(request, record)
+        except ApiError as exc:
+            resp = self._error(exc)
+        except web.HTTPException:
+            raise
+        except Exception as exc:  # a bug in the emulator must still answer like an apiserver
+            log.exception("devcluster: internal error on %s %s", request.method, request.path)
+            resp = self._error(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
+        record.status = resp.status
+        record.duration_s = time.monotonic() - started
+        self.request_log.append(record)
+        if len(self.request_log) > self.config.request_log_size:
+            del self.request_log[: len(self.request_log) // 2]
+        return resp
+
+    def _error(self, exc: ApiError) -> web.Response:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return web.Response(
+            status=exc.code, body=orjson.dumps(exc.to_status()), content_type=JSON, headers=headers
+        )
+
+    async def _dispatch(self, request: web.Request, record: RequestRecord) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        user = self._authenticate(request)
+        record.user = user.name
+        nonresource = self._nonresource(request, path)
+        if nonresource is not None:
+            self._authorize(user, rbac.RequestAttributes(verb="get", path=path))
+            return await nonresource
+        route = self._route(path)
+        verb = self._verb(request.method, route, request.query)
+        record.verb, record.resource = (
+            verb,
+            route.rt.plural + (f"/{route.subresource}" if route.subresource else ""),
+        )
+        record.namespace, record.name = route.namespace or "", route.name or ""
+        self._authorize(
+            user,
+            rbac.RequestAttributes(
+                verb=verb,
+                api_group=route.rt.group
+                if route.subresource not in KUBEVIRT_VM_ACTIONS
+                else KUBEVIRT_SUBRESOURCE_GROUP,
+                resource=route.rt.plural,
+                subresource=route.subresource,
+                namespace=route.namespace or "",
+                name=route.name or "",
+            ),
+        )
+        fault = self.faults.decide(verb, route.rt.plural, route.namespace or "")
+        if fault.latency_s:
+            await asyncio.sleep(fault.latency_s)
+        if fault.error is not None:
+            raise fault.error
+        return await self._resource(request, route, verb)
+
+    # ---------------------------------------------------------------- routing
+    def _nonresource(self, request: web.Request, path: str) -> Awaitable[web.StreamResponse] | None:
+        accept = request.headers.get("Accept", "")
+        aggregated = "as=APIGroupDiscoveryList" in accept and "v=v2" in accept
+        simple: dict[str, Callable[[], Any]] = {
+            "/version": discovery.version_info,
+            "/api": (lambda: discovery.aggregated_discovery(core=True))
+            if aggregated
+            else discovery.core_api_versions,
+            "/apis": (lambda: discovery.aggregated_discovery(core=False))
+            if aggregated
+            else discovery.api_group_list,
+            "/api/v1": discovery.core_resource_list,
+            "/healthz": lambda: "ok",
+            "/livez": lambda: "ok",
+            "/readyz": lambda: "ok",
+        }
+        if path in simple:
+            if request.method != "GET":
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            ctype = (
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                if aggregated and path in ("/api", "/apis")
+                else JSON
+            )
+            return _ready(_respond(simple[path](), ctype))
+        if path == "/openapi/v2":
+            if self._openapi_v2 is None:
+                self._openapi_v2 = orjson.dumps(openapi.build_openapi_v2(self.verbs.schemas))
+            return _ready(web.Response(body=self._openapi_v2, content_type=JSON))
+        if path == "/openapi/v3":
+            return _ready(_respond(openapi.build_openapi_v3_index(), JSON))
+        if path.startswith("/openapi/v3/"):
+            doc = openapi.build_openapi_v3_group_version(self.verbs.schemas, path[len("/openapi/v3/") :])
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return _ready(_respond(doc, JSON))
+        if path in self.config.extra_handlers:
+            return self.config.extra_handlers[path](request)
+        parts = path.strip("/").split("/")
+        if parts[0] == "apis" and len(parts) == 3:
+            listing = discovery.group_resource_list(parts[1], parts[2])
+            if listing is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return _ready(_respond(listing, JSON))
+        if parts[0] == "apis" and len(parts) == 2:
+            for group in discovery.api_group_list()["groups"]:
+                if group["name"] == parts[1]:
+                    return _ready(_respond({"kind": "APIGroup", "apiVersion": "v1", **group}, JSON))
+        return None
+
+    def _route(self, path: str) -> Route:
+        parts = [p for p in path.strip("/").split("/") if p]
+        not_found = ApiError(404, "NotFound", "the server could not find the requested resource")
+        if len(parts) >= 2 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise not_found
+        watch_path = bool(rest) and rest[0] == "watch"
+        if watch_path:
+            rest = rest[1:]
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+            namespace, rest = rest[1], rest[2:]
+        if group == KUBEVIRT_SUBRESOURCE_GROUP:
+            # /apis/subresources.kubevirt.io/v1/namespaces/NS/virtualmachines/NAME/start
+            if len(rest) == 3 and rest[0] == "virtualmachines" and rest[2] in KUBEVIRT_VM_ACTIONS:
+                rt = find("kubevirt.io", "v1", "virtualmachines")
+                assert rt is not None
+                return Route(rt, namespace, rest[1], rest[2])
+            raise not_found
+        if not rest:
+            raise not_found
+        rt = find(group, version, rest[0])
+        if rt is None or (namespace is not None and not rt.namespaced):
+            raise not_found
+        name = rest[1] if len(rest) > 1 else None
+        sub = "/".join(rest[2:])
+        if sub and sub not in rt.subresources and not (rt.plural == "namespaces" and sub == "finalize"):
+            raise not_found
+        return Route(rt, namespace, name, sub, watch_path)
+
+    @staticmethod
+    def _verb(method: str, route: Route, query: Any) -> str:
+        if method == "GET":
+            if route.name is None:
+                return "watch" if route.watch_path or query.get("watch") in TRUE else "list"
+            return "watch" if route.watch_path else "get"
+        if route.subresource in KUBEVIRT_VM_ACTIONS:
+            return "update"
+        table = {
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if route.name else "deletecollection",
+        }
+        if method not in table:
+            raise ApiError(
+                405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+            )
+        return table[method]
+
+    # ------------------------------------------------------------------ auth
+    def _authenticate(self, request: web.Request) -> rbac.UserInfo:
+        auth = self.config.authenticator
+        if auth is None:
+            return rbac.UserInfo("system:admin", ("system:masters", "system:authenticated"))
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        user = auth.authenticate(token) if token else None
+        if user is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        return user
+
+    def _authorize(self, user: rbac.UserInfo, attrs: rbac.RequestAttributes) -> None:
+        if not self.config.rbac_enabled:
+            return
+        objs = {
+            kind: list(self.store.items(find("rbac.authorization.k8s.io", "v1", kind)))  # type: ignore[arg-type]
+            for kind in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")
+        }
+        decision = rbac.authorize(
+            user,
+            attrs,
+            roles=objs["roles"],
+            cluster_roles=objs["clusterroles"],
+            role_bindings=objs["rolebindings"],
+            cluster_role_bindings=objs["clusterrolebindings"],
+        )
+        if not decision.allowed:
+            raise ApiError(
+                403,
+                "Forbidden",
+                rbac.forbidden_message(user, attrs),
+                details={"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource},
+            )
+
+    # ------------------------------------------------------------- resources
+    async def _resource(self, request: web.Request, route: Route, verb: str) -> web.StreamResponse:
+        q = request.query
+        rt, ns, name = route.rt, route.namespace or "", route.name or ""
+        dry_run = q.get("dryRun") == "All"
+        if "dryRun" in q and not dry_run:
+            raise errors.bad_request(f'dryRun: Unsupported value: "{q["dryRun"]}": supported values: "All"')
+        fv = q.get("fieldValidation", "Warn" if verb in ("create", "update", "patch") else "")
+        if fv not in ("", "Ignore", "Warn", "Strict"):
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{fv}": supported values: "Ignore", "Warn", "Strict"'
+            )
+        if (
+            route.subresource in ("log", "exec", "binding", "eviction")
+            or route.subresource in KUBEVIRT_VM_ACTIONS
+        ):
+            return await self._action(request, route)
+        if rt.namespaced and not ns and verb not in ("list", "watch"):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if verb == "get":
+            return self._object(request, rt, self.verbs.get(rt, ns, name))
+        if verb in ("list", "watch"):
+            return await self._list_or_watch(request, route, verb)
+        if verb == "create":
+            body, dups = await _read_body(request)
+            obj, warnings = self.verbs.create(
+                rt, ns, body, dry_run=dry_run, field_validation=fv, duplicates=dups
+            )
+            return self._object(request, rt, obj, status=201, warnings=warnings)
+        if verb == "update":
+            body, dups = await _read_body(request)
+            if route.subresource == "finalize":
+                return self._object(request, rt, self._finalize_namespace(name, body, dry_run))
+            obj, warnings = self.verbs.update(
+                rt,
+                ns,
+                name,
+                body,
+                subresource=route.subresource,
+                dry_run=dry_run,
+                field_validation=fv,
+                duplicates=dups,
+            )
+            return self._object(request, rt, obj, warnings=warnings)
+        if verb == "patch":
+            body, _ = await _read_body(request)
+            obj, warnings = self.verbs.patch(
+                rt,
+                ns,
+                name,
+                body,
+                request.headers.get("Content-Type", ""),
+                subresource=route.subresource,
+                dry_run=dry_run,
+                field_validation=fv,
+            )
+            return self._object(request, rt, obj, warnings=warnings)
+        if verb == "delete":
+            options = await _delete_options(request)
+            obj, finished = self.verbs.delete(rt, ns, name, options, dry_run=dry_run)
+            return self._object(request, rt, obj, status=200 if finished else 202)
+        return await self._deletecollection(request, route, dry_run)
+
+    def _finalize_namespace(self, name: str, body: Obj, dry_run: bool) -> Obj:
+        rt = find("", "v1", "namespaces")
+        assert rt is not None
+        current = self.verbs.get(rt, "", name)
+        merged = {
+            **current,
+            "spec": {**current.get("spec", {}), "finalizers": body.get("spec", {}).get("finalizers", [])},
+        }
+        merged["metadata"] = {**current["metadata"]}
+        obj, _ = self.verbs.update(rt, "", name, merged, dry_run=dry_run)
+        return obj
+
+    async def _list_or_watch(self, request: web.Request, route: Route, verb: str) -> web.StreamResponse:
+        q = request.query
+        rt = route.rt
+        labels = parse_label_selector(q["labelSelector"]) if q.get("labelSelector") else None
+        fields = parse_field_selector(q["fieldSelector"], rt) if q.get("fieldSelector") else None
+        if route.name and verb == "watch":  # legacy /watch/.../NAME
+            fields = parse_field_selector(f"metadata.name={route.name}", rt)
+        if verb == "watch":
+            wf = self.faults.decide_watch(rt.plural, route.namespace or "")
+            timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S)
+            send_initial = q.get("sendInitialEvents")
+            req = WatchRequest(
+                rt,
+                route.namespace,
+                labels,
+                fields,
+                q.get("resourceVersion"),
+                timeout,
+                q.get("allowWatchBookmarks") in TRUE,
+                None if send_initial is None else send_initial in TRUE,
+                wf.drop_after_events,
+                wf.stall_s,
+            )
+            return await WatchStream(self.store, req, self.config.bookmark_interval_s).serve(request)
+        try:
+            limit = int(q.get("limit") or 0)
+        except ValueError as exc:
+            raise errors.bad_request(f"limit: Invalid value: {q.get('limit')!r}") from exc
+        items, meta = self.verbs.list(rt, route.namespace, labels, fields, limit, q.get("continue"))
+        if _wants_table(request):
+            return _respond(self._table(request, rt, items, meta), _TABLE_CTYPE)
+        body = {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items}
+        return _respond(body, _negotiate(request))
+
+    async def _deletecollection(
+        self, request: web.Request, route: Route, dry_run: bool
+    ) -> web.StreamResponse:
+        q = request.query
+        labels = parse_label_selector(q["labelSelector"]) if q.get("labelSelector") else None
+        fields = parse_field_selector(q["fieldSelector"], route.rt) if q.get("fieldSelector") else None
+        options = await _delete_options(request)
+        items, meta = self.verbs.list(route.rt, route.namespace, labels, fields)
+        deleted = []
+        for obj in list(items):
+            m = obj["metadata"]
+            try:
+                done, _ = self.verbs.delete(
+                    route.rt, m.get("namespace", ""), m["name"], options, dry_run=dry_run
+                )
+                deleted.append(done)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+        body = {
+            "kind": route.rt.list_kind,
+            "apiVersion": route.rt.api_version,
+            "metadata": meta,
+            "items": deleted,
+        }
+        return _respond(body, JSON)
+
+    async def _action(self, request: web.Request, route: Route) -> web.StreamResponse:
+        rt, ns, name, sub = route.rt, route.namespace or "", route.name or "", route.subresource
+        if sub in KUBEVIRT_VM_ACTIONS:
+            if request.method != "PUT":
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            if self.vm_actions is None:
+                raise ApiError(
+                    503, "ServiceUnavailable", "the server is currently unable to handle the request"
+                )
+            self.vm_actions(ns, name, sub)
+            return web.Response(status=202, text="")
+        pod = self.verbs.get(rt, ns, name)
+        if sub == "binding" and request.method == "POST":
+            body, _ = await _read_body(request)
+            return _respond(self._bind(pod, body), JSON, status=201)
+        if sub == "eviction" and request.method == "POST":
+            self.verbs.delete(rt, ns, name, {})
+            return _respond(
+                {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}, JSON, 201
+            )
+        if self.pod_io is None:
+            raise ApiError(503, "ServiceUnavailable", "pod log and exec are not served by this devcluster")
+        if sub == "log" and request.method == "GET":
+            resp: web.StreamResponse = await self.pod_io.log(request, pod)
+            return resp
+        if sub == "exec" and request.method in ("GET", "POST"):
+            resp = await self.pod_io.exec(request, pod)
+            return resp
+        raise ApiError(
+            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+        )
+
+    def _bind(self, pod: Obj, binding: Obj) -> Obj:
+        meta = pod["metadata"]
+        target = (binding.get("target") or {}).get("name")
+        if not target:
+            raise errors.invalid(
+                "Binding",
+                meta["name"],
+                [{"reason": "FieldValueRequired", "field": "target.name", "message": "Required value"}],
+            )
+        if pod.get("spec", {}).get("nodeName"):
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{meta["name"]}": pod '
+                f'{meta["name"]} is already assigned to node "{pod["spec"]["nodeName"]}"',
+            )
+        rt = find("", "v1", "pods")
+        assert rt is not None
+        bound = dict(pod)
+        bound["spec"] = {**pod["spec"], "nodeName": target}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conds = [
+            c for c in (pod.get("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"
+        ]
+        conds.append(
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+        )
+        bound["status"] = {**pod.get("status", {}), "conditions": conds}
+        # Binding writes spec.nodeName, which a normal update forbids: go to the store directly.
+        self.store.put(rt, bound)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _object(
+        self,
+        request: web.Request,
+        rt: ResourceType,
+        obj: Obj,
+        *,
+        status: int = 200,
+        warnings: list[str] | None = None,
+    ) -> web.Response:
+        headers = {"Warning": ", ".join(f'299 - "{_escape(w)}"' for w in warnings)} if warnings else None
+        if _wants_table(request):
+            return _respond(
+                self._table(
+                    request, rt, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+                ),
+                _TABLE_CTYPE,
+                status,
+                headers,
+            )
+        return _respond(obj, _negotiate(request), status, headers)
+
+    def _table(
+        self, request: web.Request, rt: ResourceType, items: list[Obj], meta: dict[str, Any]
+    ) -> dict[str, Any]:
+        from . import crds
+
+        include = request.query.get("includeObject", "Metadata")
+        columns = crds.printer_columns(rt) if rt.custom else None
+        return tables.build_table(
+            rt, items, now=datetime.now(UTC), include_object=include, list_meta=meta, extra_columns=columns
+        )
+
+
+_TABLE_CTYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _wants_table(request: web.Request) -> bool:
+    accept = request.headers.get("Accept", "")
+    first = accept.split(",")[0]
+    return "as=Table" in first
+
+
+def _negotiate(request: web.Request) -> str:
+    accept = request.headers.get("Accept", "")
+    if "yaml" in accept.split(",")[0]:
+        return "application/yaml"
+    return JSON
+
+
+def _respond(body: Any, ctype: str, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    if ctype == "application/yaml":
+        data = yaml.safe_dump(body, sort_keys=False).encode()
+    elif isinstance(body, str):
+        return web.Response(status=status, text=body, headers=headers)
+    else:
+        data = orjson.dumps(body)
+    resp = web.Response(status=status, body=data, headers=headers)
+    resp.headers["Content-Type"] = ctype
+    return resp
+
+
+async def _ready(resp: web.StreamResponse) -> web.StreamResponse:
+    return resp
+
+
+async def _read_body(request: web.Request) -> tuple[Any, list[str]]:
+    raw = await request.read()
+    ctype = request.headers.get("Content-Type", JSON)
+    if not raw.strip():
+        raise errors.bad_request("the request body is empty")
+    if "yaml" in ctype:
+        try:
+            return yaml.safe_load(raw), []
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"error decoding YAML: {exc}") from exc
+    try:
+        return validation.loads_checking_duplicates(raw)
+    except ValueError as exc:
+        raise errors.bad_request(f"error decoding from json: {exc}") from exc
+
+
+async def _delete_options(request: web.Request) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    raw = await request.read()
+    if raw.strip():
+        try:
+            options = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise errors.bad_request(f"error decoding DeleteOptions: {exc}") from exc
+    q = request.query
+    if "gracePeriodSeconds" in q:
+        options["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+    if "propagationPolicy" in q:
+        options["propagationPolicy"] = q["propagationPolicy"]
+    if q.get("orphanDependents") in TRUE:
+        options["orphanDependents"] = True
+    return options
+
+
+def quote_name(name: str) -> str:
+    return quote(name, safe="")

@@ -1,0 +1,217 @@
+"""``DevCluster``: the API emulator wired together, as an async context manager or a foreground server."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+from . import crds, rbac
+from .apiserver import ApiServer, ApiServerConfig
+from .controllers import Controllers
+from .errors import ApiError
+from .faults import FaultInjector
+from .resources import find
+from .store import Store
+from .verbs import Verbs
+from .vmactions import run_vm_action
+
+log = logging.getLogger(__name__)
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+ADMIN_PATH = "/_devcluster"
+
+
+class DevCluster:
+    """A local Kubernetes API server.
+
+    ``async with DevCluster(tmp_path) as cluster:`` then use ``cluster.kubeconfig`` with any client.
+    With ``auth=True`` every request needs a bearer token from a kubeconfig this cluster wrote;
+    with ``rbac=True`` requests are also authorized against the stored RBAC objects.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path | str | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        auth: bool = False,
+        rbac_enabled: bool = False,
+        seed: int = 0,
+        bookmark_interval_s: float = 5.0,
+        persist: bool = True,
+    ) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.host, self.port = host, port
+        self.persist = persist
+        self.store = Store(self.state_dir if persist else None)
+        self.verbs = Verbs(self.store)
+        self.faults = FaultInjector(seed)
+        self.tokens: dict[str, dict[str, Any]] = {}
+        self.admin_token = self._load_or_make_admin_token()
+        authenticator = rbac.TokenAuthenticator(self.tokens) if auth or rbac_enabled else None
+        self.api = ApiServer(
+            self.verbs,
+            self.faults,
+            ApiServerConfig(
+                authenticator=authenticator,
+                rbac_enabled=rbac_enabled,
+                bookmark_interval_s=bookmark_interval_s,
+                extra_handlers={
+                    f"{ADMIN_PATH}/faults": self._admin_faults,
+                    f"{ADMIN_PATH}/requests": self._admin_requests,
+                },
+            ),
+        )
+        self.api.vm_actions = lambda ns, name, action: run_vm_action(self.verbs, ns, name, action)
+        self.controllers = Controllers(self.verbs)
+        self._runner: web.AppRunner | None = None
+
+    # -------------------------------------------------------------- lifecycle
+    async def __aenter__(self) -> DevCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self._bootstrap()
+        await self.controllers.start()
+        self._runner = web.AppRunner(
+            self.api.app(), handle_signals=False, access_log=None, shutdown_timeout=1.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets
+        self.port = server.sockets[0].getsockname()[1]
+        if self.state_dir is not None:
+            self.write_kubeconfig(self.state_dir / "kubeconfig", "admin", self.admin_token)
+        log.info("devcluster API serving at %s", self.url)
+
+    async def stop(self) -> None:
+        self.store.close_all_watches()
+        await self.controllers.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.store.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.state_dir is not None, "DevCluster needs a state_dir to write a kubeconfig"
+        return self.state_dir / "kubeconfig"
+
+    # ------------------------------------------------------------- identities
+    def _load_or_make_admin_token(self) -> str:
+        path = self.state_dir / "tokens.json" if self.state_dir is not None else None
+        if path is not None and path.exists():
+            self.tokens.update(orjson.loads(path.read_bytes()))
+        for token, ident in self.tokens.items():
+            if ident.get("user") == "system:admin":
+                return token
+        token = secrets.token_urlsafe(24)
+        self.tokens[token] = {"user": "system:admin", "groups": ["system:masters", "system:authenticated"]}
+        self._save_tokens()
+        return token
+
+    def _save_tokens(self) -> None:
+        if self.state_dir is not None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            path = self.state_dir / "tokens.json"
+            path.write_bytes(orjson.dumps(self.tokens))
+            path.chmod(0o600)
+
+    def add_identity(self, name: str, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig (``DIR/kubeconfig-NAME``) authenticating as ``user``."""
+        token = secrets.token_urlsafe(24)
+        self.tokens[token] = {"user": user, "groups": [*groups, "system:authenticated"]}
+        self._save_tokens()
+        assert self.state_dir is not None
+        return self.write_kubeconfig(self.state_dir / f"kubeconfig-{name}", name, token)
+
+    def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
+        return self.add_identity(
+            f"{namespace}-{name}",
+            f"system:serviceaccount:{namespace}:{name}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+        )
+
+    def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "devcluster", "cluster": {"server": self.url}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": f"{user}@devcluster",
+                    "context": {"cluster": "devcluster", "user": user, "namespace": "default"},
+                }
+            ],
+            "current-context": f"{user}@devcluster",
+            "preferences": {},
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return path
+
+    # -------------------------------------------------------------- bootstrap
+    def _bootstrap(self) -> None:
+        namespaces = find("", "v1", "namespaces")
+        crd_rt = find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        assert namespaces is not None and crd_rt is not None
+        for name in SYSTEM_NAMESPACES:
+            if self.store.get(namespaces, "", name) is None:
+                self.verbs.create(namespaces, "", {"metadata": {"name": name}})
+        for crd in crds.builtin_crds():
+            if self.store.get(crd_rt, "", crd["metadata"]["name"]) is None:
+                self.verbs.create(crd_rt, "", crd)
+        self._ensure_default_service_accounts()
+
+    def _ensure_default_service_accounts(self) -> None:
+        namespaces, sas = find("", "v1", "namespaces"), find("", "v1", "serviceaccounts")
+        assert namespaces is not None and sas is not None
+        for ns in list(self.store.items(namespaces)):
+            name = ns["metadata"]["name"]
+            if self.store.get(sas, name, "default") is None and not ns["metadata"].get("deletionTimestamp"):
+                self.verbs.create(sas, name, {"metadata": {"name": "default"}})
+
+    # ----------------------------------------------------------------- admin
+    async def _admin_faults(self, request: web.Request) -> web.StreamResponse:
+        """GET: the fault rules; PUT: replace them ({"seed":..,"rules":[..]}); DELETE: clear."""
+        if request.method == "PUT":
+            try:
+                self.faults = FaultInjector.from_json(orjson.loads(await request.read()))
+            except (ValueError, orjson.JSONDecodeError) as exc:
+                raise ApiError(400, "BadRequest", f"invalid fault configuration: {exc}") from exc
+            self.api.faults = self.faults
+        elif request.method == "DELETE":
+            self.faults.clear()
+        return web.Response(body=orjson.dumps(self.faults.to_json()), content_type="application/json")
+
+    async def _admin_requests(self, request: web.Request) -> web.StreamResponse:
+        """The request log as JSON lines: time, verb, resource, status, duration, user agent."""
+        lines = [orjson.dumps(r.__dict__) for r in self.api.request_log]
+        if request.method == "DELETE":
+            self.api.request_log.clear()
+        return web.Response(
+            body=b"\n".join(lines) + (b"\n" if lines else b""), content_type="application/x-ndjson"
+        )

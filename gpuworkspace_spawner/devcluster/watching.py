@@ -1,0 +1,157 @@
+"""Watch streams: resume by resourceVersion, selector transitions, bookmarks, 410 Gone, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .errors import ApiError
+from .resources import ResourceType
+from .selectors import FieldSelector, LabelSelector
+from .store import Obj, Store, WatchEvent
+
+DEFAULT_WATCH_TIMEOUT_S = 1800.0
+
+
+@dataclass
+class WatchRequest:
+    rt: ResourceType
+    namespace: str | None
+    labels: LabelSelector | None
+    fields: FieldSelector | None
+    resource_version: str | None
+    timeout_s: float
+    bookmarks: bool
+    send_initial_events: bool | None
+    drop_after_events: int | None = None
+    stall_s: float = 0.0
+
+
+def _matcher(req: WatchRequest) -> Callable[[Obj | None], bool]:
+    def matches(obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj["metadata"]
+        if req.namespace and req.rt.namespaced and meta.get("namespace") != req.namespace:
+            return False
+        if req.labels is not None and not req.labels.matches(meta.get("labels")):
+            return False
+        return req.fields is None or req.fields.matches(obj)
+
+    return matches
+
+
+def translate(event: WatchEvent, matches: Callable[[Obj | None], bool]) -> str | None:
+    """The event type this watcher sees, as the apiserver's cacher does for selector transitions."""
+    now, before = matches(event.obj), matches(event.old)
+    if event.type == "ADDED":
+        return "ADDED" if now else None
+    if event.type == "DELETED":
+        return "DELETED" if before else None
+    if now and before:
+        return "MODIFIED"
+    if now:
+        return "ADDED"
+    return "DELETED" if before else None
+
+
+def _line(kind: str, obj: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": kind, "object": obj}) + b"\n"
+
+
+class WatchStream:
+    """Serves one watch request on an aiohttp StreamResponse."""
+
+    def __init__(self, store: Store, req: WatchRequest, bookmark_interval_s: float = 5.0) -> None:
+        self.store = store
+        self.req = req
+        self.bookmark_interval_s = bookmark_interval_s
+        self.sent = 0
+
+    async def serve(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        # Subscribe and read the backlog with no await in between: no event can fall in a gap.
+        sub = self.store.subscribe(self.req.rt)
+        try:
+            backlog = self._backlog()
+            if isinstance(backlog, ApiError):
+                await resp.write(_line("ERROR", backlog.to_status()))
+                return resp
+            matches = _matcher(self.req)
+            for kind, obj, event in backlog:
+                if not await self._send(resp, event.encoded(kind) if event else _line(kind, obj)):
+                    return resp
+            if self.req.send_initial_events and self.req.bookmarks:
+                await resp.write(self._bookmark(initial_end=True))
+            await self._follow(resp, sub, matches)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unsubscribe(sub)
+        return resp
+
+    def _backlog(self) -> list[tuple[str, Obj, WatchEvent | None]] | ApiError:
+        rv = self.req.resource_version
+        matches = _matcher(self.req)
+        if rv in (None, "", "0") or self.req.send_initial_events:
+            # "Get State and Start at Most Recent": synthetic ADDED for what exists now.
+            return [
+                ("ADDED", o, None) for o in self.store.items(self.req.rt, self.req.namespace) if matches(o)
+            ]
+        try:
+            since = int(rv)
+        except ValueError:
+            return ApiError(400, "BadRequest", f'resourceVersion: Invalid value: "{rv}": must be an integer')
+        events = self.store.events_since(self.req.rt, since)
+        if events is None:
+            return ApiError(410, "Expired", f"too old resource version: {since} ({self.store.rv})")
+        out: list[tuple[str, Obj, WatchEvent | None]] = []
+        for event in events:
+            kind = translate(event, matches)
+            if kind:
+                out.append((kind, event.obj, event))
+        return out
+
+    async def _send(self, resp: web.StreamResponse, line: bytes) -> bool:
+        if self.req.stall_s:
+            await asyncio.sleep(self.req.stall_s)
+        await resp.write(line)
+        self.sent += 1
+        drop = self.req.drop_after_events
+        return not (drop is not None and self.sent >= drop)
+
+    def _bookmark(self, initial_end: bool = False) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"kind": self.req.rt.kind, "apiVersion": self.req.rt.api_version, "metadata": meta}
+        return _line("BOOKMARK", obj)
+
+    async def _follow(
+        self, resp: web.StreamResponse, sub: Any, matches: Callable[[Obj | None], bool]
+    ) -> None:
+        deadline = time.monotonic() + self.req.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            wait = min(left, self.bookmark_interval_s) if self.req.bookmarks else left
+            try:
+                event = await asyncio.wait_for(sub.queue.get(), wait)
+            except TimeoutError:
+                if self.req.bookmarks and sub.queue.empty():
+                    await resp.write(self._bookmark())
+                continue
+            if event is None:  # store closed, or this watcher fell too far behind
+                return
+            kind = translate(event, matches)
+            if kind and not await self._send(resp, event.encoded(kind)):
+                return

@@ -1,0 +1,1 @@
+"""The one Kubernetes gateway: the only package that imports kubernetes_asyncio."""

@@ -1,0 +1,1 @@
+"""Pure lifecycle decisions (``decide_*``): workspace state machine, retention, fencing verdict; no I/O."""
