@@ -398,6 +398,7 @@ class ApiServer:
                 None if send_initial is None else send_initial in TRUE,
                 wf.drop_after_events,
                 wf.stall_s,
+                self._watch_table(request, rt) if _wants_table(request) else None,
             )
             return await WatchStream(self.store, req, self.config.bookmark_interval_s).serve(request)
         try:
@@ -409,6 +410,15 @@ class ApiServer:
             return _respond(self._table(request, rt, items, meta), _TABLE_CTYPE)
         body = {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items}
         return _respond(body, _negotiate(request))
+
+    def _watch_table(self, request: web.Request, rt: ResourceType) -> Callable[[Obj, bool], dict[str, Any]]:
+        def transform(obj: Obj, first: bool) -> dict[str, Any]:
+            table = self._table(request, rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]})
+            if not first:  # like the apiserver: column definitions only in the first event
+                table["columnDefinitions"] = []
+            return table
+
+        return transform
 
     async def _deletecollection(
         self, request: web.Request, route: Route, dry_run: bool
@@ -575,6 +585,10 @@ async def _ready(resp: web.StreamResponse) -> web.StreamResponse:
 async def _read_body(request: web.Request) -> tuple[Any, list[str]]:
     raw = await request.read()
     ctype = request.headers.get("Content-Type", JSON)
+    if "protobuf" in ctype:
+        # Not served (as for CRDs on a real cluster): clients must send JSON or YAML.
+        raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted "
+                       "media types include: application/json, application/yaml")
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     if "yaml" in ctype:

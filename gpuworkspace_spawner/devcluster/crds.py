@@ -31,32 +31,25 @@ CUSTOM_SOURCES: dict[tuple[str, str], tuple[str, str | None]] = {
 }
 # keys a CRD's JSONSchemaProps accepts (anything else is dropped when a CRD is stored)
 _CRD_KEYS = frozenset(
-    "description type format title default maximum exclusiveMaximum minimum exclusiveMinimum maxLength "
-    "minLength pattern maxItems minItems uniqueItems multipleOf enum maxProperties minProperties required "
-    "items allOf oneOf anyOf not properties additionalProperties nullable example externalDocs "
-    "x-kubernetes-preserve-unknown-fields x-kubernetes-embedded-resource x-kubernetes-int-or-string "
-    "x-kubernetes-list-map-keys x-kubernetes-list-type x-kubernetes-map-type x-kubernetes-validations".split()
-)
-_INT_OR_STRING: Schema = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+    ["description", "type", "format", "title", "default", "maximum", "exclusiveMaximum", "minimum",
+     "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "multipleOf",
+     "enum", "maxProperties", "minProperties", "required", "items", "allOf", "oneOf", "anyOf", "not", "properties",
+     "additionalProperties", "nullable", "example", "externalDocs", "x-kubernetes-preserve-unknown-fields",
+     "x-kubernetes-embedded-resource", "x-kubernetes-int-or-string", "x-kubernetes-list-map-keys",
+     "x-kubernetes-list-type", "x-kubernetes-map-type", "x-kubernetes-validations"]
+)  # fmt: skip
+_INT_OR_STRING: Schema = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "x-kubernetes-int-or-string": True,
+}
 
 
 def crd_form(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
     """Inline a Swagger definition into a structural CRD schema (refs resolved, generator defaults dropped)."""
     if not isinstance(node, dict):
         return node
-    ref = node.get("$ref")
-    if ref:
-        name = ref.rsplit("/", 1)[-1]
-        desc = {"description": node["description"]} if "description" in node else {}
-        if name.endswith("resource.Quantity"):
-            return _INT_OR_STRING | {"pattern": QUANTITY_PATTERN} | desc
-        if name.endswith("intstr.IntOrString"):
-            return _INT_OR_STRING | desc
-        if name.endswith("runtime.RawExtension"):
-            return {"type": "object", "x-kubernetes-preserve-unknown-fields": True} | desc
-        if name.endswith(".ObjectMeta") and depth > 0:  # template metadata is free-form in these CRDs
-            return {"type": "object", "nullable": True, "x-kubernetes-preserve-unknown-fields": True}
-        return crd_form(defs[name] | {k: v for k, v in node.items() if k != "$ref"}, defs, depth + 1)
+    if "$ref" in node:
+        return _crd_ref(node, defs, depth)
     out: Schema = {}
     for key, value in node.items():
         if key not in _CRD_KEYS or (key == "default" and value in ({}, "", [])):
@@ -74,11 +67,32 @@ def crd_form(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
     return out
 
 
+def _crd_ref(node: Schema, defs: dict[str, Any], depth: int) -> Any:
+    """A ``$ref`` as controller-gen renders it: known apimachinery types by their CRD idiom, others inlined."""
+    name = node["$ref"].rsplit("/", 1)[-1]
+    desc = {"description": node["description"]} if "description" in node else {}
+    special = {
+        "resource.Quantity": _INT_OR_STRING | {"pattern": QUANTITY_PATTERN},
+        "intstr.IntOrString": _INT_OR_STRING,
+        "runtime.RawExtension": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    }
+    for suffix, schema in special.items():
+        if name.endswith(suffix):
+            return schema | desc
+    if name.endswith(".ObjectMeta") and depth > 0:  # template metadata is free-form in these CRDs
+        return {"type": "object", "nullable": True, "x-kubernetes-preserve-unknown-fields": True}
+    return crd_form(defs[name] | {k: v for k, v in node.items() if k != "$ref"}, defs, depth + 1)
+
+
 _META: Schema = {
-    "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this "
-                   "representation of an object."},
-    "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this "
-             "object represents."},
+    "apiVersion": {
+        "type": "string",
+        "description": "APIVersion defines the versioned schema of this representation of an object.",
+    },
+    "kind": {
+        "type": "string",
+        "description": "Kind is a string value representing the REST resource this object represents.",
+    },
     "metadata": {"type": "object"},
 }
 # external-snapshotter's CRDs (client/config/crd), v1, without the CEL rules
@@ -87,7 +101,8 @@ _VOLUME_SNAPSHOT: Schema = {
     "persistent volume, or binding to a pre-existing snapshot.",
     "type": "object",
     "required": ["spec"],
-    "properties": _META | {
+    "properties": _META
+    | {
         "spec": {
             "description": "spec defines the desired characteristics of a snapshot requested by a user.",
             "type": "object",
@@ -97,19 +112,31 @@ _VOLUME_SNAPSHOT: Schema = {
                     "description": "source specifies where a snapshot will be created from. "
                     "This field is immutable after creation. Required.",
                     "type": "object",
-                    "oneOf": [{"required": ["persistentVolumeClaimName"]}, {"required": ["volumeSnapshotContentName"]}],
+                    "oneOf": [
+                        {"required": ["persistentVolumeClaimName"]},
+                        {"required": ["volumeSnapshotContentName"]},
+                    ],
                     "properties": {
-                        "persistentVolumeClaimName": {"type": "string", "description": "persistentVolumeClaimName "
-                                                      "specifies the name of the PersistentVolumeClaim object "
-                                                      "representing the volume from which a snapshot should be "
-                                                      "created."},
-                        "volumeSnapshotContentName": {"type": "string", "description": "volumeSnapshotContentName "
-                                                      "specifies the name of a pre-existing VolumeSnapshotContent "
-                                                      "object representing an existing volume snapshot."},
+                        "persistentVolumeClaimName": {
+                            "type": "string",
+                            "description": "persistentVolumeClaimName "
+                            "specifies the name of the PersistentVolumeClaim object "
+                            "representing the volume from which a snapshot should be "
+                            "created.",
+                        },
+                        "volumeSnapshotContentName": {
+                            "type": "string",
+                            "description": "volumeSnapshotContentName "
+                            "specifies the name of a pre-existing VolumeSnapshotContent "
+                            "object representing an existing volume snapshot.",
+                        },
                     },
                 },
-                "volumeSnapshotClassName": {"type": "string", "description": "VolumeSnapshotClassName is the "
-                                            "name of the VolumeSnapshotClass requested by the VolumeSnapshot."},
+                "volumeSnapshotClassName": {
+                    "type": "string",
+                    "description": "VolumeSnapshotClassName is the "
+                    "name of the VolumeSnapshotClass requested by the VolumeSnapshot.",
+                },
             },
         },
         "status": {
@@ -118,8 +145,13 @@ _VOLUME_SNAPSHOT: Schema = {
             "properties": {
                 "boundVolumeSnapshotContentName": {"type": "string"},
                 "creationTime": {"type": "string", "format": "date-time"},
-                "error": {"type": "object", "properties": {
-                    "message": {"type": "string"}, "time": {"type": "string", "format": "date-time"}}},
+                "error": {
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string"},
+                        "time": {"type": "string", "format": "date-time"},
+                    },
+                },
                 "readyToUse": {"type": "boolean"},
                 "restoreSize": _INT_OR_STRING | {"pattern": QUANTITY_PATTERN},
                 "volumeGroupSnapshotName": {"type": "string"},
@@ -132,14 +164,26 @@ _VOLUME_SNAPSHOT_CLASS: Schema = {
     "creating a volume snapshot.",
     "type": "object",
     "required": ["deletionPolicy", "driver"],
-    "properties": _META | {
-        "deletionPolicy": {"type": "string", "enum": ["Delete", "Retain"], "description": "deletionPolicy "
-                           "determines whether a VolumeSnapshotContent created through the VolumeSnapshotClass "
-                           "should be deleted when its bound VolumeSnapshot is deleted."},
-        "driver": {"type": "string", "description": "driver is the name of the storage driver that handles "
-                   "this VolumeSnapshotClass. Required."},
-        "parameters": {"type": "object", "additionalProperties": {"type": "string"}, "description": "parameters "
-                       "is a key-value map with storage driver specific parameters for creating snapshots."},
+    "properties": _META
+    | {
+        "deletionPolicy": {
+            "type": "string",
+            "enum": ["Delete", "Retain"],
+            "description": "deletionPolicy "
+            "determines whether a VolumeSnapshotContent created through the VolumeSnapshotClass "
+            "should be deleted when its bound VolumeSnapshot is deleted.",
+        },
+        "driver": {
+            "type": "string",
+            "description": "driver is the name of the storage driver that handles "
+            "this VolumeSnapshotClass. Required.",
+        },
+        "parameters": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "parameters "
+            "is a key-value map with storage driver specific parameters for creating snapshots.",
+        },
     },
 }
 _HANDWRITTEN: dict[tuple[str, str], Schema] = {
@@ -177,13 +221,25 @@ _PRINTER_COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
         _col("IP", "string", ".status.interfaces[0].ipAddress"),
         _col("NodeName", "string", ".status.nodeName"),
         _col("Ready", "string", _READY),
-        _col("Live-Migratable", "string", ".status.conditions[?(@.type=='LiveMigratable')].status", priority=1),
+        _col(
+            "Live-Migratable", "string", ".status.conditions[?(@.type=='LiveMigratable')].status", priority=1
+        ),
         _col("Paused", "string", ".status.conditions[?(@.type=='Paused')].status", priority=1),
     ],
     ("cdi.kubevirt.io", "DataVolume"): [
         _col("Phase", "string", ".status.phase", "The phase the data volume is in"),
-        _col("Progress", "string", ".status.progress", "Transfer progress in percentage if known, N/A otherwise"),
-        _col("Restarts", "integer", ".status.restartCount", "The number of times the transfer has been restarted."),
+        _col(
+            "Progress",
+            "string",
+            ".status.progress",
+            "Transfer progress in percentage if known, N/A otherwise",
+        ),
+        _col(
+            "Restarts",
+            "integer",
+            ".status.restartCount",
+            "The number of times the transfer has been restarted.",
+        ),
         _AGE,
     ],
     ("cdi.kubevirt.io", "DataSource"): [],
@@ -195,29 +251,61 @@ _PRINTER_COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
         _col("Result", "string", ".status.result"),
     ],
     ("snapshot.storage.k8s.io", "VolumeSnapshot"): [
-        _col("ReadyToUse", "boolean", ".status.readyToUse",
-             "Indicates if the snapshot is ready to be used to restore a volume."),
-        _col("SourcePVC", "string", ".spec.source.persistentVolumeClaimName",
-             "If a new snapshot needs to be created, this contains the name of the source PVC from which this "
-             "snapshot was (or will be) created."),
-        _col("SourceSnapshotContent", "string", ".spec.source.volumeSnapshotContentName",
-             "If a snapshot already exists, this contains the name of the existing VolumeSnapshotContent object "
-             "representing the existing snapshot."),
-        _col("RestoreSize", "string", ".status.restoreSize",
-             "Represents the minimum size of volume required to rehydrate from this snapshot."),
-        _col("SnapshotClass", "string", ".spec.volumeSnapshotClassName",
-             "The name of the VolumeSnapshotClass requested by the VolumeSnapshot."),
-        _col("SnapshotContent", "string", ".status.boundVolumeSnapshotContentName",
-             "Name of the VolumeSnapshotContent object to which the VolumeSnapshot object intends to bind to."),
-        _col("CreationTime", "date", ".status.creationTime",
-             "Timestamp when the point-in-time snapshot was taken by the underlying storage system."),
+        _col(
+            "ReadyToUse",
+            "boolean",
+            ".status.readyToUse",
+            "Indicates if the snapshot is ready to be used to restore a volume.",
+        ),
+        _col(
+            "SourcePVC",
+            "string",
+            ".spec.source.persistentVolumeClaimName",
+            "If a new snapshot needs to be created, this contains the name of the source PVC from which this "
+            "snapshot was (or will be) created.",
+        ),
+        _col(
+            "SourceSnapshotContent",
+            "string",
+            ".spec.source.volumeSnapshotContentName",
+            "If a snapshot already exists, this contains the name of the existing VolumeSnapshotContent object "
+            "representing the existing snapshot.",
+        ),
+        _col(
+            "RestoreSize",
+            "string",
+            ".status.restoreSize",
+            "Represents the minimum size of volume required to rehydrate from this snapshot.",
+        ),
+        _col(
+            "SnapshotClass",
+            "string",
+            ".spec.volumeSnapshotClassName",
+            "The name of the VolumeSnapshotClass requested by the VolumeSnapshot.",
+        ),
+        _col(
+            "SnapshotContent",
+            "string",
+            ".status.boundVolumeSnapshotContentName",
+            "Name of the VolumeSnapshotContent object to which the VolumeSnapshot object intends to bind to.",
+        ),
+        _col(
+            "CreationTime",
+            "date",
+            ".status.creationTime",
+            "Timestamp when the point-in-time snapshot was taken by the underlying storage system.",
+        ),
         _AGE,
     ],
     ("snapshot.storage.k8s.io", "VolumeSnapshotClass"): [
         _col("Driver", "string", ".driver"),
-        _col("DeletionPolicy", "string", ".deletionPolicy",
-             "Determines whether a VolumeSnapshotContent created through the VolumeSnapshotClass should be "
-             "deleted when its bound VolumeSnapshot is deleted."),
+        _col(
+            "DeletionPolicy",
+            "string",
+            ".deletionPolicy",
+            "Determines whether a VolumeSnapshotContent created through the VolumeSnapshotClass should be "
+            "deleted when its bound VolumeSnapshot is deleted.",
+        ),
         _AGE,
     ],
 }
@@ -225,7 +313,9 @@ _CRD_META: dict[str, dict[str, dict[str, str]]] = {
     "kubevirt.io": {"labels": {"app.kubernetes.io/component": "kubevirt", "kubevirt.io": ""}},
     "cdi.kubevirt.io": {"labels": {"cdi.kubevirt.io": ""}},
     "snapshot.storage.k8s.io": {
-        "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-csi/external-snapshotter/pull/814"}
+        "annotations": {
+            "api-approved.kubernetes.io": "https://github.com/kubernetes-csi/external-snapshotter/pull/814"
+        }
     },
     "csiaddons.openshift.io": {"annotations": {"controller-gen.kubebuilder.io/version": "v0.20.1"}},
 }
@@ -239,8 +329,12 @@ def printer_columns(rt: ResourceType) -> list[dict[str, Any]]:
 
 
 def _names(rt: ResourceType) -> dict[str, Any]:
-    names: dict[str, Any] = {"kind": rt.kind, "listKind": rt.list_kind, "plural": rt.plural,
-                             "singular": rt.singular_name}
+    names: dict[str, Any] = {
+        "kind": rt.kind,
+        "listKind": rt.list_kind,
+        "plural": rt.plural,
+        "singular": rt.singular_name,
+    }
     if rt.short_names:
         names["shortNames"] = list(rt.short_names)
     if rt.categories:
@@ -255,8 +349,11 @@ def crd_for(rt: ResourceType, schemas: SchemaSet, timestamp: str = "2025-01-01T0
         "name": rt.version,
         "served": True,
         "storage": True,
-        "schema": {"openAPIV3Schema": copy.deepcopy(schema) if schema is not None
-                   else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        "schema": {
+            "openAPIV3Schema": copy.deepcopy(schema)
+            if schema is not None
+            else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        },
     }
     if rt.subresources:
         version["subresources"] = {"status": {}} if "status" in rt.subresources else {}
@@ -267,7 +364,11 @@ def crd_for(rt: ResourceType, schemas: SchemaSet, timestamp: str = "2025-01-01T0
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{rt.plural}.{rt.group}", "generation": 1, **copy.deepcopy(_CRD_META.get(rt.group, {}))},
+        "metadata": {
+            "name": f"{rt.plural}.{rt.group}",
+            "generation": 1,
+            **copy.deepcopy(_CRD_META.get(rt.group, {})),
+        },
         "spec": {
             "conversion": {"strategy": "None"},
             "group": rt.group,
@@ -278,19 +379,26 @@ def crd_for(rt: ResourceType, schemas: SchemaSet, timestamp: str = "2025-01-01T0
         "status": {
             "acceptedNames": copy.deepcopy(names),
             "conditions": [
-                condition | {"message": "no conflicts found", "reason": "NoConflicts", "type": "NamesAccepted"},
-                condition | {"message": "the initial names have been accepted", "reason": "InitialNamesAccepted",
-                             "type": "Established"},
+                condition
+                | {"message": "no conflicts found", "reason": "NoConflicts", "type": "NamesAccepted"},
+                condition
+                | {
+                    "message": "the initial names have been accepted",
+                    "reason": "InitialNamesAccepted",
+                    "type": "Established",
+                },
             ],
             "storedVersions": [rt.version],
         },
     }
 
 
-def builtin_crds(schemas: SchemaSet | None = None, timestamp: str = "2025-01-01T00:00:00Z") -> list[dict[str, Any]]:
+def builtin_crds(
+    schemas: SchemaSet | None = None, timestamp: str = "2025-01-01T00:00:00Z"
+) -> list[dict[str, Any]]:
     """A CustomResourceDefinition for every ``custom=True`` kind in :data:`RESOURCE_TYPES`."""
     if schemas is None:
-        from .validation import default_schema_set
+        from .openapi import default_schema_set  # noqa: PLC0415 - openapi imports this module
 
         schemas = default_schema_set()
     return [crd_for(rt, schemas, timestamp) for rt in RESOURCE_TYPES if rt.custom]

@@ -95,7 +95,11 @@ def _api_resources(rt: ResourceType) -> list[dict[str, Any]]:
     out = [main]
     for sub in rt.subresources:
         group, version, kind, verbs = _SUBRESOURCES.get(sub, ("", "", "", ["get"]))
-        entry: dict[str, Any] = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced}
+        entry: dict[str, Any] = {
+            "name": f"{rt.plural}/{sub}",
+            "singularName": "",
+            "namespaced": rt.namespaced,
+        }
         if group:
             entry |= {"group": group, "version": version}
         out.append(entry | {"kind": kind or rt.kind, "verbs": list(verbs)})
@@ -105,7 +109,13 @@ def _api_resources(rt: ResourceType) -> list[dict[str, Any]]:
 def _kubevirt_subresources() -> list[dict[str, Any]]:
     # virt-api declares only name and scope; "update" is the verb PUT .../start|stop|restart maps to
     return [
-        {"name": f"virtualmachines/{action}", "singularName": "", "namespaced": True, "kind": "", "verbs": ["update"]}
+        {
+            "name": f"virtualmachines/{action}",
+            "singularName": "",
+            "namespaced": True,
+            "kind": "",
+            "verbs": ["update"],
+        }
         for action in KUBEVIRT_VM_ACTIONS
     ]
 
@@ -150,7 +160,13 @@ def api_group(group: str) -> dict[str, Any] | None:
     if versions is None:
         return None
     listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
-    return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": listed, "preferredVersion": listed[0]}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": listed,
+        "preferredVersion": listed[0],
+    }
 
 
 def group_resource_list(group: str, version: str) -> dict[str, Any] | None:
@@ -160,12 +176,20 @@ def group_resource_list(group: str, version: str) -> dict[str, Any] | None:
     if group == KUBEVIRT_SUBRESOURCE_GROUP and version == KUBEVIRT_SUBRESOURCE_VERSION:
         resources = _kubevirt_subresources()
     else:
-        resources = [r for rt in RESOURCE_TYPES if (rt.group, rt.version) == (group, version)
-                     for r in _api_resources(rt)]
+        resources = [
+            r
+            for rt in RESOURCE_TYPES
+            if (rt.group, rt.version) == (group, version)
+            for r in _api_resources(rt)
+        ]
         if not resources:
             return None
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
-            "resources": sorted(resources, key=_by_name)}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}",
+        "resources": sorted(resources, key=_by_name),
+    }
 
 
 def negotiate_aggregated(accept: str | None) -> str | None:
@@ -208,7 +232,9 @@ def _discovery_resource(rt: ResourceType) -> dict[str, Any]:
 
 
 def _discovery_group(name: str | None, versions: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"creationTimestamp": None} if name is None else {"name": name, "creationTimestamp": None}
+    metadata: dict[str, Any] = (
+        {"creationTimestamp": None} if name is None else {"name": name, "creationTimestamp": None}
+    )
     return {
         "metadata": metadata,
         "versions": [
@@ -220,9 +246,13 @@ def _discovery_group(name: str | None, versions: dict[str, list[dict[str, Any]]]
 
 def aggregated_discovery(core: bool, content_type: str = AGGREGATED_V2) -> dict[str, Any]:
     """``/api`` (``core=True``) or ``/apis`` as an aggregated ``APIGroupDiscoveryList``."""
-    api_version = "apidiscovery.k8s.io/v2beta1" if content_type == AGGREGATED_V2BETA1 else "apidiscovery.k8s.io/v2"
+    api_version = (
+        "apidiscovery.k8s.io/v2beta1" if content_type == AGGREGATED_V2BETA1 else "apidiscovery.k8s.io/v2"
+    )
     if core:
-        items = [_discovery_group(None, {"v1": [_discovery_resource(rt) for rt in RESOURCE_TYPES if not rt.group]})]
+        items = [
+            _discovery_group(None, {"v1": [_discovery_resource(rt) for rt in RESOURCE_TYPES if not rt.group]})
+        ]
     else:
         items = []
         for group, versions in _groups().items():

@@ -1,10 +1,14 @@
-"""``/openapi/v2`` and ``/openapi/v3`` documents for the served kinds, shaped like kube-apiserver's.
+"""The OpenAPI schemas of the served kinds: loading them (:class:`SchemaSet`) and publishing them.
 
-kubectl relies on them: ``kubectl explain`` walks the v3 document of the resource's group-version to the
-schema carrying ``x-kubernetes-group-version-kind``, and ``--validate=strict|warn`` checks that the PATCH
-operation of the kind declares the ``fieldValidation`` query parameter before leaving validation to the
-server. Custom kinds are published as the apiextensions-apiserver publishes CRDs (``io.kubevirt.v1.
-VirtualMachine``, schema inlined, metadata referencing ObjectMeta).
+Built-in kinds use the official v1.33 definitions bundled with ``kubernetes_validate``; custom kinds
+(KubeVirt, CDI, NetworkFence) come from the reference files in ``../shared/schemas``, turned into the
+inlined structural schema their CRDs carry (see :mod:`.crds`).
+
+``/openapi/v2`` and ``/openapi/v3`` follow kube-apiserver. kubectl relies on them: ``kubectl explain`` walks
+the v3 document of the resource's group-version to the schema carrying ``x-kubernetes-group-version-kind``,
+and ``--validate=strict|warn`` looks for the ``fieldValidation`` query parameter on the kind's PATCH
+operation before leaving validation to the server. Custom kinds are published as apiextensions-apiserver
+publishes CRDs (``io.kubevirt.v1.VirtualMachine``: schema inlined, metadata referencing ObjectMeta).
 """
 
 from __future__ import annotations
@@ -13,46 +17,175 @@ import copy
 import functools
 import hashlib
 import json
+import os
+import pathlib
 from typing import Any
 
+import kubernetes_validate
+import yaml
+
+from .crds import CUSTOM_SOURCES, crd_form, handwritten_schema
 from .resources import RESOURCE_TYPES, ResourceType, group_versions
-from .validation import SchemaSet, default_schema_set
 
 Schema = dict[str, Any]
+_CORE_DEFS = "kubernetes-json-schema/v1.33.0-local/_definitions.json"
+_REF_CORE = "#/definitions/"
 _META = "io.k8s.apimachinery.pkg.apis.meta.v1."
+_OBJECT_META = _META + "ObjectMeta"
+_QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+_INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+_TYPE_META = ("apiVersion", "kind")
+
+
+def find_shared_schemas() -> pathlib.Path | None:
+    """The reference schemas folder: ``$GPUWORKSPACE_SHARED_SCHEMAS``, else ``shared/schemas`` beside the repo."""
+    env = os.environ.get("GPUWORKSPACE_SHARED_SCHEMAS")
+    if env:
+        path = pathlib.Path(env)
+        return path if path.is_dir() else None
+    for start in (pathlib.Path(__file__).resolve().parent, pathlib.Path.cwd().resolve()):
+        for base in (start, *start.parents):
+            candidate = base / "shared" / "schemas"
+            if (candidate / "kubevirt-swagger.json").is_file():
+                return candidate
+    return None
+
+
+def _canon_core(node: Any, name: str = "") -> Any:
+    """kubernetes_validate's JSON-schema form -> the API server's OpenAPI v2 form."""
+    if isinstance(node, list):
+        return [_canon_core(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out: Schema = {}
+    for key, value in node.items():
+        if key == "$ref":
+            out[key] = _REF_CORE + value.rsplit("/", 1)[-1]
+        elif key == "type" and isinstance(value, list):
+            out[key] = next(t for t in value if t != "null")
+        elif key == "properties":
+            out[key] = {
+                prop: {k: v for k, v in _canon_core(sub).items() if not (k == "enum" and prop in _TYPE_META)}
+                for prop, sub in value.items()
+            }
+        else:
+            out[key] = _canon_core(value)
+    if name in (_QUANTITY, _INT_OR_STRING):
+        out.pop("oneOf", None)
+        out["type"] = "string"
+        if name == _INT_OR_STRING:
+            out["format"] = "int-or-string"
+    return out
+
+
+class SchemaSet:
+    """The schemas of every served kind, loaded once (files are read lazily)."""
+
+    def __init__(self, shared: pathlib.Path | None = None, *, auto: bool = True) -> None:
+        self.shared = shared if shared is not None or not auto else find_shared_schemas()
+
+    @functools.cached_property
+    def core_definitions(self) -> dict[str, Schema]:
+        """Built-in definitions in OpenAPI v2 form (refs ``#/definitions/...``); treat as read-only."""
+        path = pathlib.Path(kubernetes_validate.__file__).parent / _CORE_DEFS
+        raw = json.loads(path.read_text())["$defs"]
+        return {name: _canon_core(d, name) for name, d in raw.items()}
+
+    def core_name(self, rt: ResourceType) -> str | None:
+        """The definition name of a built-in kind, e.g. ``io.k8s.api.core.v1.Pod``."""
+        return self._gvk_index.get((rt.group, rt.version, rt.kind))
+
+    @functools.cached_property
+    def _gvk_index(self) -> dict[tuple[str, str, str], str]:
+        index: dict[tuple[str, str, str], str] = {}
+        for name, d in self.core_definitions.items():
+            for gvk in d.get("x-kubernetes-group-version-kind", ()):
+                index[(gvk["group"], gvk["version"], gvk["kind"])] = name
+        return index
+
+    def custom_schema(self, rt: ResourceType) -> Schema | None:
+        """A custom kind's schema as its CRD's ``openAPIV3Schema`` (inlined; None without the files)."""
+        return self._custom(rt.group, rt.kind)
+
+    @functools.cache  # noqa: B019 - one SchemaSet per process
+    def _custom(self, group: str, kind: str) -> Schema | None:
+        handwritten = handwritten_schema(group, kind)
+        if handwritten is not None:
+            return handwritten
+        source = CUSTOM_SOURCES.get((group, kind))
+        if source is None or self.shared is None or not (self.shared / source[0]).is_file():
+            return None
+        filename, definition = source
+        if definition is None:  # a real CRD file
+            crd = yaml.safe_load((self.shared / filename).read_text())
+            schema: Schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+            return schema
+        defs = self._swagger(filename)
+        schema = crd_form(defs[definition], defs)
+        schema["properties"]["metadata"] = {"type": "object"}
+        schema["type"] = "object"
+        return schema
+
+    @functools.cache  # noqa: B019
+    def _swagger(self, filename: str) -> dict[str, Any]:
+        assert self.shared is not None
+        defs: dict[str, Any] = json.loads((self.shared / filename).read_text())["definitions"]
+        return defs
+
+    def for_type(self, rt: ResourceType) -> Schema | None:
+        """A self-contained schema of the kind: built-ins by ``$ref`` into ``definitions``, custom inlined."""
+        if not rt.custom:
+            name = self.core_name(rt)
+            return {"$ref": _REF_CORE + name, "definitions": self.core_definitions} if name else None
+        schema = self.custom_schema(rt)
+        if schema is None:
+            return None
+        meta = self.core_definitions[_OBJECT_META]
+        return schema | {
+            "properties": schema["properties"] | {"metadata": meta},
+            "definitions": self.core_definitions,
+        }
+
+    def resolve(self, node: Schema) -> tuple[Schema, str]:
+        """Follow a ``$ref`` into the core definitions: (schema, definition name or "")."""
+        name = ""
+        while "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            node = self.core_definitions[name]
+        return node, name
+
+
+@functools.lru_cache(maxsize=4)
+def _schema_set_for(shared: pathlib.Path | None) -> SchemaSet:
+    return SchemaSet(shared, auto=False)
+
+
+def default_schema_set() -> SchemaSet:
+    """The process-wide :class:`SchemaSet` for the current shared-schemas location."""
+    return _schema_set_for(find_shared_schemas())
+
+
+# --------------------------------------------------------------------------- publishing
+
 _INFO = {"title": "Kubernetes", "version": "v1.33.0"}
-_BEARER = {"BearerToken": {"type": "apiKey", "name": "authorization", "in": "header",
-                           "description": "Bearer Token authentication"}}
-_FIELD_VALIDATION_DOC = (
-    "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing "
-    "unknown or duplicate fields. Valid values are: - Ignore: This will ignore any unknown fields that are "
-    "silently dropped from the object, and will ignore all but the last duplicate field that the decoder "
-    "encounters. This is the default behavior prior to v1.23. - Warn: This will send a warning via the standard "
-    "warning response header for each unknown field that is dropped from the object, and for each duplicate "
-    "field that is encountered. The request will still succeed if there are no other errors, and will only "
-    "persist the last of any duplicate fields. This is the default in v1.23+ - Strict: This will fail the "
-    "request with a BadRequest error if any unknown fields would be dropped from the object, or if any "
-    "duplicate fields are present. The error returned from the server will contain all unknown and duplicate "
-    "fields encountered."
-)
+_BEARER = {"BearerToken": {"type": "apiKey", "name": "authorization", "in": "header"}}
 _PARAM_DOCS = {
-    "dryRun": "When present, indicates that modifications should not be persisted. An invalid or unrecognized "
-    "dryRun directive will result in an error response and no further processing of the request. Valid values "
-    "are: - All: all dry run stages will be processed",
-    "fieldManager": "fieldManager is a name associated with the actor or entity that is making these changes. "
-    "The value must be less than or 128 characters long, and only contain printable characters, as defined by "
-    "https://golang.org/pkg/unicode/#IsPrint.",
-    "fieldValidation": _FIELD_VALIDATION_DOC,
-    "force": "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields "
-    "owned by other people. Force flag must be unset for non-apply patch requests.",
-    "pretty": "If 'true', then the output is pretty printed. Defaults to 'false' unless the user-agent "
-    "indicates a browser or command-line HTTP tool (curl and wget).",
-    "gracePeriodSeconds": "The duration in seconds before the object should be deleted.",
-    "propagationPolicy": "Whether and how garbage collection will be performed.",
-    "orphanDependents": "Deprecated: please use the PropagationPolicy, this field will be deprecated in 1.7.",
+    "fieldValidation": "fieldValidation instructs the server on how to handle objects in the request "
+    "(POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: - Ignore: This will ignore any "
+    "unknown fields that are silently dropped from the object, and will ignore all but the last duplicate field "
+    "that the decoder encounters. - Warn: This will send a warning via the standard warning response header for "
+    "each unknown field that is dropped from the object, and for each duplicate field that is encountered. This "
+    "is the default in v1.23+ - Strict: This will fail the request with a BadRequest error if any unknown fields "
+    "would be dropped from the object, or if any duplicate fields are present.",
+    "dryRun": "When present, indicates that modifications should not be persisted. Valid values are: - All: "
+    "all dry run stages will be processed",
+    "fieldManager": "fieldManager is a name associated with the actor or entity that is making these changes.",
 }
-_LIST_PARAMS = ("allowWatchBookmarks:boolean continue fieldSelector labelSelector limit:integer resourceVersion "
-                "resourceVersionMatch sendInitialEvents:boolean timeoutSeconds:integer watch:boolean").split()
+_LIST_PARAMS = [
+    "allowWatchBookmarks:boolean", "continue", "fieldSelector", "labelSelector", "limit:integer",
+    "resourceVersion", "resourceVersionMatch", "sendInitialEvents:boolean", "timeoutSeconds:integer",
+    "watch:boolean",
+]  # fmt: skip
 _WRITE_PARAMS = ["dryRun", "fieldManager", "fieldValidation"]
 _DELETE_PARAMS = ["dryRun", "gracePeriodSeconds:integer", "orphanDependents:boolean", "propagationPolicy"]
 
@@ -87,21 +220,31 @@ def _ref(name: str) -> Schema:
     return {"$ref": "#/definitions/" + name}
 
 
-def _operation(rt: ResourceType, action: str, verb: str, ref: str, params: list[str], sub: str = "") -> Schema:
+def _operation(
+    rt: ResourceType, action: str, verb: str, ref: str, params: list[str], sub: str = ""
+) -> Schema:
     ok = {"description": "OK", "schema": _ref(ref)}
     responses: Schema = {"200": ok, "401": {"description": "Unauthorized"}}
     if action in ("post", "put", "patch"):
         responses["201"] = {"description": "Created", "schema": _ref(ref)}
     if action in ("post", "delete"):
-        responses["202"] = {"description": "Accepted", "schema": _ref(ref if action == "post" else _META + "Status")}
+        responses["202"] = {
+            "description": "Accepted",
+            "schema": _ref(ref if action == "post" else _META + "Status"),
+        }
     scope = "Namespaced" if rt.namespaced and verb != "listAll" else ""
     name = f"{rt.kind}{sub[:1].upper() + sub[1:]}"
-    op_id = {"listAll": f"list{_op_prefix(rt)}{rt.kind}ForAllNamespaces",
-             "deletecollection": f"delete{_op_prefix(rt)}Collection{scope}{name}"}.get(
-        verb, f"{verb}{_op_prefix(rt)}{scope}{name}")
-    media = ["application/json", "application/yaml"] + ([] if rt.custom else ["application/vnd.kubernetes.protobuf"])
+    op_id = {
+        "listAll": f"list{_op_prefix(rt)}{rt.kind}ForAllNamespaces",
+        "deletecollection": f"delete{_op_prefix(rt)}Collection{scope}{name}",
+    }.get(verb, f"{verb}{_op_prefix(rt)}{scope}{name}")
+    media = ["application/json", "application/yaml"] + (
+        [] if rt.custom else ["application/vnd.kubernetes.protobuf"]
+    )
     if verb.startswith("list"):
-        media += ["application/json;stream=watch"] + ([] if rt.custom else ["application/vnd.kubernetes.protobuf;stream=watch"])
+        media += ["application/json;stream=watch"] + (
+            [] if rt.custom else ["application/vnd.kubernetes.protobuf;stream=watch"]
+        )
     op: Schema = {
         "description": f"{verb} {rt.kind}{' ' + sub if sub else ''}",
         "consumes": ["*/*"],
@@ -111,13 +254,20 @@ def _operation(rt: ResourceType, action: str, verb: str, ref: str, params: list[
         "operationId": op_id,
         "parameters": [_param(p) for p in params],
         "responses": responses,
-        "x-kubernetes-action": {"listAll": "list", "read": "get", "replace": "put", "create": "post"}.get(verb, verb),
+        "x-kubernetes-action": {"listAll": "list", "read": "get", "replace": "put", "create": "post"}.get(
+            verb, verb
+        ),
         "x-kubernetes-group-version-kind": {"group": rt.group, "kind": rt.kind, "version": rt.version},
     }
     if action == "patch":
-        op["consumes"] = ["application/json-patch+json", "application/merge-patch+json"] + (
-            [] if rt.custom else ["application/strategic-merge-patch+json"]) + ["application/apply-patch+yaml"]
-        op["parameters"].insert(0, {"name": "body", "in": "body", "required": True, "schema": _ref(_META + "Patch")})
+        op["consumes"] = (
+            ["application/json-patch+json", "application/merge-patch+json"]
+            + ([] if rt.custom else ["application/strategic-merge-patch+json"])
+            + ["application/apply-patch+yaml"]
+        )
+        op["parameters"].insert(
+            0, {"name": "body", "in": "body", "required": True, "schema": _ref(_META + "Patch")}
+        )
     elif action in ("post", "put"):
         op["parameters"].insert(0, {"name": "body", "in": "body", "required": True, "schema": _ref(ref)})
     elif action == "delete":
@@ -135,7 +285,9 @@ def _paths(rt: ResourceType, name: str) -> dict[str, Schema]:
         coll: {
             "get": _operation(rt, "get", "list", list_name, _LIST_PARAMS),
             "post": _operation(rt, "post", "create", name, _WRITE_PARAMS),
-            "delete": _operation(rt, "delete", "deletecollection", _META + "Status", _LIST_PARAMS + _DELETE_PARAMS),
+            "delete": _operation(
+                rt, "delete", "deletecollection", _META + "Status", _LIST_PARAMS + _DELETE_PARAMS
+            ),
             "parameters": scope_params + pretty,
         },
         coll + "/{name}": {
@@ -147,8 +299,10 @@ def _paths(rt: ResourceType, name: str) -> dict[str, Schema]:
         },
     }
     if rt.namespaced:
-        out[f"{base}/{rt.plural}"] = {"get": _operation(rt, "get", "listAll", list_name, _LIST_PARAMS),
-                                      "parameters": pretty}
+        out[f"{base}/{rt.plural}"] = {
+            "get": _operation(rt, "get", "listAll", list_name, _LIST_PARAMS),
+            "parameters": pretty,
+        }
     if "status" in rt.subresources:
         out[coll + "/{name}/status"] = {
             "get": _operation(rt, "get", "read", name, [], "status"),
@@ -165,7 +319,9 @@ def _v2_structural(node: Any) -> Any:
         return node
     out = {k: v for k, v in node.items() if k not in ("allOf", "anyOf", "oneOf", "not", "nullable")}
     if node.get("nullable") or node.get("x-kubernetes-preserve-unknown-fields"):
-        for key in ("properties", "items", "x-kubernetes-preserve-unknown-fields") + (("type",) if node.get("nullable") else ()):
+        for key in ("properties", "items", "x-kubernetes-preserve-unknown-fields") + (
+            ("type",) if node.get("nullable") else ()
+        ):
             out.pop(key, None)
     if "properties" in out:
         out["properties"] = {k: _v2_structural(v) for k, v in out["properties"].items()}
@@ -178,7 +334,10 @@ def _v2_structural(node: Any) -> Any:
 def _custom_definitions(rt: ResourceType, schemas: SchemaSet, v2: bool) -> dict[str, Schema]:
     name = custom_definition_name(rt)
     gvk = [{"group": rt.group, "kind": rt.kind, "version": rt.version}]
-    schema = copy.deepcopy(schemas.custom_schema(rt)) or {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    schema = copy.deepcopy(schemas.custom_schema(rt)) or {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
     if v2:
         schema = _v2_structural(schema)
     schema.setdefault("properties", {})["metadata"] = {
@@ -226,7 +385,9 @@ def _refs(node: Any) -> list[str]:
 _META_ROOTS = [_META + n for n in ("Status", "DeleteOptions", "Patch", "WatchEvent", "APIResourceList")]
 
 
-def _document(schemas: SchemaSet, kinds: list[ResourceType], v2: bool) -> tuple[dict[str, Schema], dict[str, Schema]]:
+def _document(
+    schemas: SchemaSet, kinds: list[ResourceType], v2: bool
+) -> tuple[dict[str, Schema], dict[str, Schema]]:
     paths: dict[str, Schema] = {}
     custom: dict[str, Schema] = {}
     roots = list(_META_ROOTS)
@@ -252,8 +413,14 @@ def build_openapi_v2(schemas: SchemaSet | None = None) -> dict[str, Any]:
 @functools.lru_cache(maxsize=4)
 def _v2(schemas: SchemaSet) -> dict[str, Any]:
     paths, defs = _document(schemas, list(RESOURCE_TYPES), v2=True)
-    return {"swagger": "2.0", "info": _INFO, "paths": dict(sorted(paths.items())), "definitions": defs,
-            "securityDefinitions": _BEARER, "security": [{"BearerToken": []}]}
+    return {
+        "swagger": "2.0",
+        "info": _INFO,
+        "paths": dict(sorted(paths.items())),
+        "definitions": defs,
+        "securityDefinitions": _BEARER,
+        "security": [{"BearerToken": []}],
+    }
 
 
 def _gv_paths() -> dict[str, tuple[str, str]]:
@@ -294,7 +461,11 @@ def _v3_operation(op: Schema) -> Schema:
         out["requestBody"] = {"content": content, "required": body.get("required", False)}
     out["responses"] = {
         code: {"description": r["description"]}
-        | ({"content": {m: {"schema": _v3_schema(r["schema"])} for m in op["produces"]}} if "schema" in r else {})
+        | (
+            {"content": {m: {"schema": _v3_schema(r["schema"])} for m in op["produces"]}}
+            if "schema" in r
+            else {}
+        )
         for code, r in op["responses"].items()
     }
     return out
@@ -343,5 +514,9 @@ def _hash(schemas: SchemaSet, gv_path: str) -> str:
 
 def build_openapi_v3_index(schemas: SchemaSet | None = None) -> dict[str, Any]:
     """``/openapi/v3``: each group-version's document URL, with the content hash kubectl caches by."""
-    return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={openapi_v3_hash(schemas, gv)}"}
-                      for gv in _gv_paths()}}
+    return {
+        "paths": {
+            gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={openapi_v3_hash(schemas, gv)}"}
+            for gv in _gv_paths()
+        }
+    }

@@ -1,14 +1,13 @@
-"""Schema validation of objects, as the real API server does it on create/update.
+"""Validation of objects against their schemas, as kube-apiserver does it on create and update.
 
-Schemas: built-in kinds use the official definitions bundled with ``kubernetes_validate``; custom kinds
-(KubeVirt, CDI, NetworkFence) come from the reference files in ``../shared/schemas`` and are turned into
-the inlined, structural form a CRD carries. Behaviour mirrors kube-apiserver:
+* Unknown and duplicate fields are decoding problems: ``fieldValidation=Strict`` fails the request with
+  400 BadRequest (``strict decoding error: unknown field "spec.foo"``), ``Warn`` (the default) returns them
+  as warnings for ``Warning: 299 - "..."`` headers, ``Ignore`` drops them silently. Unknown fields are always
+  pruned from the object.
+* A wrong JSON type in a built-in kind is a Go decoding error (400); in a custom kind a 422 Invalid.
+* Missing required fields, enum and pattern violations are 422 Invalid with per-field causes.
 
-* unknown and duplicate fields are decoding problems: ``fieldValidation=Strict`` fails the request with
-  400 BadRequest (``strict decoding error: unknown field "spec.foo"``), ``Warn`` returns them as warnings
-  (sent as ``Warning: 299 - "..."`` headers) and ``Ignore`` drops them; unknown fields are pruned always;
-* a wrong JSON type in a built-in kind is a Go decoding error (400), in a custom kind a 422 Invalid;
-* missing required fields, enum and pattern violations are 422 Invalid with per-field causes.
+The schemas come from :class:`SchemaSet` (in :mod:`.openapi`, re-exported here).
 """
 
 from __future__ import annotations
@@ -17,80 +16,45 @@ import copy
 import functools
 import json
 import logging
-import os
-import pathlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import yaml
 
 from . import errors
-from .crds import CUSTOM_SOURCES, crd_form, handwritten_schema
 from .errors import ApiError
+from .openapi import SchemaSet, default_schema_set, find_shared_schemas
 from .resources import ResourceType
 
+__all__ = [
+    "SchemaSet",
+    "apply_unknown_fields_error",
+    "check_field_validation",
+    "default_schema_set",
+    "find_shared_schemas",
+    "loads_checking_duplicates",
+    "loads_yaml_checking_duplicates",
+    "validate_name",
+    "validate_object",
+]
 log = logging.getLogger(__name__)
 Schema = dict[str, Any]
 
-_CORE_DEFS = "kubernetes-json-schema/v1.33.0-local/_definitions.json"
 _REF_CORE = "#/definitions/"
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 _INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _FIELD_VALIDATION = ("Ignore", "Strict", "Warn")
-
-
-def find_shared_schemas() -> pathlib.Path | None:
-    """The reference schemas folder: ``$GPUWORKSPACE_SHARED_SCHEMAS``, else ``shared/schemas`` beside the repo."""
-    env = os.environ.get("GPUWORKSPACE_SHARED_SCHEMAS")
-    if env:
-        path = pathlib.Path(env)
-        return path if path.is_dir() else None
-    for start in (pathlib.Path(__file__).resolve().parent, pathlib.Path.cwd().resolve()):
-        for base in (start, *start.parents):
-            candidate = base / "shared" / "schemas"
-            if (candidate / "kubevirt-swagger.json").is_file():
-                return candidate
-    return None
-
-
-# --------------------------------------------------------------------------- schema normalisation
-
-
-def _canon_core(node: Any, name: str = "") -> Any:
-    """kubernetes_validate's JSON-schema form -> the API server's OpenAPI v2 form."""
-    if isinstance(node, list):
-        return [_canon_core(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out: Schema = {}
-    for key, value in node.items():
-        if key == "$ref":
-            out[key] = _REF_CORE + value.rsplit("/", 1)[-1]
-        elif key == "type" and isinstance(value, list):
-            out[key] = next(t for t in value if t != "null")
-        elif key == "properties":
-            out[key] = {
-                prop: {k: v for k, v in _canon_core(sub).items() if not (k == "enum" and prop in _TYPE_META)}
-                for prop, sub in value.items()
-            }
-        else:
-            out[key] = _canon_core(value)
-    if name in (_QUANTITY, _INT_OR_STRING):
-        out.pop("oneOf", None)
-        out["type"] = "string"
-        if name == _INT_OR_STRING:
-            out["format"] = "int-or-string"
-    return out
-
-
-_TYPE_META = ("apiVersion", "kind")
+_CONSTRAINTS = frozenset(
+    ["type", "enum", "pattern", "maxLength", "minLength", "maximum", "minimum", "exclusiveMaximum",
+     "exclusiveMinimum", "maxItems", "minItems", "uniqueItems", "multipleOf", "maxProperties", "minProperties"]
+)  # fmt: skip
 
 
 def _view(node: Any, types: bool) -> Any:
-    """The jsonschema (draft 4) schema used to check values; ``types=False`` keeps only ``required``."""
+    """The jsonschema (draft 4) form used to check values; ``types=False`` keeps only ``required``."""
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
@@ -111,114 +75,23 @@ def _view(node: Any, types: bool) -> Any:
     return out
 
 
-_CONSTRAINTS = frozenset(
-    "type enum pattern maxLength minLength maximum minimum exclusiveMaximum exclusiveMinimum maxItems "
-    "minItems uniqueItems multipleOf maxProperties minProperties".split()
-)
+@functools.cache
+def _core_view(schemas: SchemaSet) -> dict[str, Schema]:
+    return {name: _view(d, types=False) for name, d in schemas.core_definitions.items()}
 
 
-class SchemaSet:
-    """The schemas of every served kind, loaded once (files are read lazily)."""
-
-    def __init__(self, shared: pathlib.Path | None = None, *, auto: bool = True) -> None:
-        self.shared = shared if shared is not None or not auto else find_shared_schemas()
-
-    @functools.cached_property
-    def core_definitions(self) -> dict[str, Schema]:
-        """Built-in definitions in OpenAPI v2 form (refs ``#/definitions/...``); treat as read-only."""
-        import kubernetes_validate
-
-        path = pathlib.Path(kubernetes_validate.__file__).parent / _CORE_DEFS
-        raw = json.loads(path.read_text())["$defs"]
-        return {name: _canon_core(d, name) for name, d in raw.items()}
-
-    @functools.cached_property
-    def _core_view(self) -> dict[str, Schema]:
-        return {name: _view(d, types=False) for name, d in self.core_definitions.items()}
-
-    def core_name(self, rt: ResourceType) -> str | None:
-        """The definition name of a built-in kind, e.g. ``io.k8s.api.core.v1.Pod``."""
-        return self._gvk_index.get((rt.group, rt.version, rt.kind))
-
-    @functools.cached_property
-    def _gvk_index(self) -> dict[tuple[str, str, str], str]:
-        index: dict[tuple[str, str, str], str] = {}
-        for name, d in self.core_definitions.items():
-            for gvk in d.get("x-kubernetes-group-version-kind", ()):
-                index[(gvk["group"], gvk["version"], gvk["kind"])] = name
-        return index
-
-    def custom_schema(self, rt: ResourceType) -> Schema | None:
-        """A custom kind's schema as its CRD's ``openAPIV3Schema`` (inlined; None without the files)."""
-        return self._custom(rt.group, rt.kind)
-
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - one SchemaSet per process
-    def _custom(self, group: str, kind: str) -> Schema | None:
-        handwritten = handwritten_schema(group, kind)
-        if handwritten is not None:
-            return handwritten
-        source = CUSTOM_SOURCES.get((group, kind))
-        if source is None or self.shared is None or not (self.shared / source[0]).is_file():
-            return None
-        filename, definition = source
-        if definition is None:  # a real CRD file
-            crd = yaml.safe_load((self.shared / filename).read_text())
-            schema: Schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-            return schema
-        defs = self._swagger(filename)
-        schema = crd_form(defs[definition], defs)
-        schema["properties"]["metadata"] = {"type": "object"}
-        schema["type"] = "object"
-        return schema
-
-    @functools.lru_cache(maxsize=None)  # noqa: B019
-    def _swagger(self, filename: str) -> dict[str, Any]:
-        assert self.shared is not None
-        defs: dict[str, Any] = json.loads((self.shared / filename).read_text())["definitions"]
-        return defs
-
-    def for_type(self, rt: ResourceType) -> Schema | None:
-        """A self-contained schema of the kind: built-ins by ``$ref`` into ``definitions``, custom inlined."""
-        if not rt.custom:
-            name = self.core_name(rt)
-            return {"$ref": _REF_CORE + name, "definitions": self.core_definitions} if name else None
-        schema = self.custom_schema(rt)
-        if schema is None:
-            return None
-        meta = self.core_definitions[_OBJECT_META]
-        return schema | {"properties": schema["properties"] | {"metadata": meta}, "definitions": self.core_definitions}
-
-    @functools.lru_cache(maxsize=None)  # noqa: B019
-    def validator(self, rt: ResourceType) -> jsonschema.Draft4Validator | None:
-        if not rt.custom:
-            name = self.core_name(rt)
-            if name is None:
-                return None
-            return jsonschema.Draft4Validator({"$ref": _REF_CORE + name, "definitions": self._core_view})
-        schema = self.for_type(rt)
-        if schema is None:
-            return None
-        body = _view({k: v for k, v in schema.items() if k != "definitions"}, types=True)
-        body["properties"]["metadata"] = {"$ref": _REF_CORE + _OBJECT_META}
-        return jsonschema.Draft4Validator(body | {"definitions": self._core_view})
-
-    def resolve(self, node: Schema) -> tuple[Schema, str]:
-        """Follow a ``$ref`` into the core definitions: (schema, definition name or "")."""
-        name = ""
-        while "$ref" in node:
-            name = node["$ref"].rsplit("/", 1)[-1]
-            node = self.core_definitions[name]
-        return node, name
-
-
-@functools.lru_cache(maxsize=4)
-def _schema_set_for(shared: pathlib.Path | None) -> SchemaSet:
-    return SchemaSet(shared, auto=False)
-
-
-def default_schema_set() -> SchemaSet:
-    """The process-wide :class:`SchemaSet` for the current shared-schemas location."""
-    return _schema_set_for(find_shared_schemas())
+@functools.cache
+def _validator(schemas: SchemaSet, rt: ResourceType) -> jsonschema.Draft4Validator | None:
+    """Checks ``required`` for built-ins (types are the decoder's job) and the whole schema for custom kinds."""
+    if not rt.custom:
+        name = schemas.core_name(rt)
+        body = {"$ref": _REF_CORE + name} if name else None
+    else:
+        schema = schemas.custom_schema(rt)
+        body = _view(schema, types=True) if schema is not None else None
+        if body is not None:
+            body["properties"]["metadata"] = {"$ref": _REF_CORE + _OBJECT_META}
+    return jsonschema.Draft4Validator(body | {"definitions": _core_view(schemas)}) if body else None
 
 
 # --------------------------------------------------------------------------- decoding
@@ -226,6 +99,7 @@ def default_schema_set() -> SchemaSet:
 
 class _Dups(dict[str, Any]):
     __slots__ = ("dups",)
+    dups: list[str]
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> _Dups:
@@ -234,7 +108,8 @@ def _pairs(pairs: list[tuple[str, Any]]) -> _Dups:
     for key, value in pairs:
         if key in out:
             out.dups.append(key)
-        out[key] = value  # last one wins, as in Go
+            del out[key]  # the last one wins, as in Go, and is placed where it was written
+        out[key] = value
     return out
 
 
@@ -252,7 +127,9 @@ def loads_checking_duplicates(raw: bytes) -> tuple[Any, list[str]]:
     try:
         parsed = json.loads(raw, object_pairs_hook=_pairs)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise errors.bad_request(f"couldn't get version/kind; json parse error: {_go_json_error(exc, raw)}") from None
+        raise errors.bad_request(
+            f"couldn't get version/kind; json parse error: {_go_json_error(exc, raw)}"
+        ) from None
     found: list[str] = []
     return _collect_dups(parsed, "", found), found
 
@@ -289,7 +166,7 @@ def _yaml_mapping(loader: _YamlLoader, node: yaml.MappingNode) -> dict[str, Any]
     return out
 
 
-_YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _yaml_mapping)  # type: ignore[arg-type]
+_YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _yaml_mapping)
 
 
 def loads_yaml_checking_duplicates(raw: bytes) -> tuple[Any, list[str]]:
@@ -313,8 +190,11 @@ def check_field_validation(value: str | None, options_kind: str = "CreateOptions
         return "Warn"
     if value not in _FIELD_VALIDATION:
         supported = ", ".join(f'"{v}"' for v in ("", *_FIELD_VALIDATION))
-        cause = {"reason": "FieldValueNotSupported", "field": "fieldValidation",
-                 "message": f"Unsupported value: {_goq(value)}: supported values: {supported}"}
+        cause = {
+            "reason": "FieldValueNotSupported",
+            "field": "fieldValidation",
+            "message": f"Unsupported value: {_goq(value)}: supported values: {supported}",
+        }
         raise errors.invalid(options_kind, "", [cause], group="meta.k8s.io")
     return value
 
@@ -343,9 +223,10 @@ def validate_object(
     walk.node(obj, {k: v for k, v in root.items() if k != "definitions"}, "", "")
     if walk.go_error:
         raise errors.bad_request(_cannot_handle(rt, walk.go_error))
-    warnings = _decoding_problems(rt, field_validation, list(duplicates), list(yaml_duplicates),
-                                  walk.unknown, walk.order)
-    validator = schemas.validator(rt)
+    warnings = _decoding_problems(
+        rt, field_validation, list(duplicates), list(yaml_duplicates), walk.unknown, walk.order
+    )
+    validator = _validator(schemas, rt)
     if validator is not None:
         causes = _causes(validator.iter_errors(obj))
         if causes:
@@ -354,20 +235,29 @@ def validate_object(
     return warnings
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warn_no_schema(rt: ResourceType) -> None:
-    log.warning("no schema for %s.%s (shared schemas not found): accepting objects unvalidated", rt.kind, rt.group)
+    log.warning(
+        "no schema for %s.%s (shared schemas not found): accepting objects unvalidated", rt.kind, rt.group
+    )
 
 
 def _decoding_problems(
-    rt: ResourceType, mode: str, dups: list[str], yaml_dups: list[str], unknown: list[str], order: dict[str, int]
+    rt: ResourceType,
+    mode: str,
+    dups: list[str],
+    yaml_dups: list[str],
+    unknown: list[str],
+    order: dict[str, int],
 ) -> list[str]:
     far = len(order) + 1
     if rt.custom:  # CRs: duplicates first, then pruned fields
         msgs = [f'duplicate field "{p}"' for p in sorted(dups, key=lambda p: order.get(p, far))]
         msgs += [f'unknown field "{p}"' for p in unknown]
     else:  # typed decoding reports in document order; a duplicated unknown field counts as unknown
-        items = [(p, "unknown") for p in unknown] + [(p, "duplicate") for p in dups if p not in unknown]
+        hidden = tuple(u + s for u in unknown for s in ".[")  # Go skips an unknown field's value
+        items = [(p, "unknown") for p in unknown]
+        items += [(p, "duplicate") for p in dups if p not in unknown and not p.startswith(hidden)]
         msgs = [f'{what} field "{p}"' for p, what in sorted(items, key=lambda i: order.get(i[0], far))]
     if mode == "Ignore" or not (msgs or yaml_dups):
         return []
@@ -402,7 +292,7 @@ class _Walk:
     def node(self, value: Any, schema: Schema, path: str, ref: str) -> None:
         schema, name = self.schemas.resolve(schema)
         ref = name or ref
-        if self.typed and not self._type_ok(value, schema, ref, path):
+        if self.typed and not self._type_ok(value, schema, ref):
             return
         if isinstance(value, dict):
             self._object(value, schema, path, ref)
@@ -413,7 +303,7 @@ class _Walk:
 
     def _object(self, value: dict[str, Any], schema: Schema, path: str, ref: str) -> None:
         props: dict[str, Schema] | None = schema.get("properties")
-        keep = schema.get("x-kubernetes-preserve-unknown-fields") or schema.get("x-kubernetes-embedded-resource")
+        keep = schema.get("x-kubernetes-preserve-unknown-fields")
         struct, self.struct = self.struct, (ref.rsplit(".", 1)[-1] if ref and props else self.struct)
         keys = sorted(value) if not self.typed else list(value)
         for key in keys:
@@ -424,9 +314,10 @@ class _Walk:
                 if props is not None:
                     del value[key]  # a null is the zero value: dropped
             elif isinstance(sub, dict):
-                self.go_path.append(key) if props is not None else None  # Go names struct fields only
+                field = [key] if props is not None else []  # Go's error path names struct fields only
+                self.go_path += field
                 self.node(value[key], sub, child, "")
-                self.go_path.pop() if props is not None else None
+                del self.go_path[len(self.go_path) - len(field) :]
             elif props is not None and not keep:
                 self.unknown.append(child)
                 del value[key]
@@ -437,7 +328,7 @@ class _Walk:
                 value[key] = copy.deepcopy(sub["default"])  # structural defaulting of CRs
         self.struct = struct
 
-    def _type_ok(self, value: Any, schema: Schema, ref: str, path: str) -> bool:
+    def _type_ok(self, value: Any, schema: Schema, ref: str) -> bool:
         if ref == _QUANTITY:
             problem = _quantity_problem(value)
             self.go_error = self.go_error or problem
@@ -448,9 +339,14 @@ class _Walk:
             if not ok:
                 self.go_error = f"json: cannot unmarshal {_json_kind(value)} into Go value of type int32"
             return ok
-        checks = {"string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-                  "integer": _is_int, "number": lambda v: _is_int(v) or isinstance(v, float),
-                  "array": lambda v: isinstance(v, list), "object": lambda v: isinstance(v, dict)}
+        checks: dict[str, Callable[[Any], bool]] = {
+            "string": lambda v: isinstance(v, str),
+            "boolean": lambda v: isinstance(v, bool),
+            "integer": _is_json_int,
+            "number": lambda v: _is_int(v) or isinstance(v, float),
+            "array": lambda v: isinstance(v, list),
+            "object": lambda v: isinstance(v, dict),
+        }
         check = checks.get(kind) if isinstance(kind, str) else None
         if check is None or check(value):
             if kind == "integer" and fmt == "int32" and not -(2**31) <= value < 2**31:
@@ -463,8 +359,10 @@ class _Walk:
 
     def _go_type_error(self, shown: str, schema: Schema, ref: str) -> None:
         field = ".".join(self.go_path)
-        self.go_error = (f"json: cannot unmarshal {shown} into Go struct field {self.struct}.{field} "
-                         f"of type {self._go_type(schema, ref)}")
+        self.go_error = (
+            f"json: cannot unmarshal {shown} into Go struct field {self.struct}.{field} "
+            f"of type {self._go_type(schema, ref)}"
+        )
 
     def _go_type(self, schema: Schema, ref: str) -> str:
         if ref:
@@ -477,7 +375,12 @@ class _Walk:
         if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
             value, value_ref = self.schemas.resolve(schema["additionalProperties"])
             return "map[string]" + self._go_type(value, value_ref)
-        scalar = {"string": "string", "boolean": "bool", "number": "float64", "object": "map[string]interface {}"}
+        scalar = {
+            "string": "string",
+            "boolean": "bool",
+            "number": "float64",
+            "object": "map[string]interface {}",
+        }
         if kind == "integer":
             return str(schema.get("format") or "int")
         return scalar.get(str(kind), "interface {}")
@@ -489,15 +392,23 @@ def _is_int(value: Any) -> bool:
     )
 
 
+def _is_json_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, (int, float)):
         return "number"
-    return {dict: "object", list: "array", str: "string"}.get(type(value), "value")
+    names: dict[type, str] = {dict: "object", list: "array", str: "string"}
+    return names.get(type(value), "value")
 
 
 _QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+_QUANTITY_FORMAT = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
 _QUANTITY_SUFFIX = re.compile(r"^(|[KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)$")
 
 
@@ -509,9 +420,11 @@ def _quantity_problem(value: Any) -> str:
         return f"json: cannot unmarshal {_json_kind(value)} into Go value of type string"
     match = _QUANTITY_RE.match(value.strip())
     if not match:
-        return "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        return _QUANTITY_FORMAT
     number = match.group(1).lstrip("+-")
-    if number.count(".") > 1 or number == ".":
+    if number.count(".") > 1:
+        return _QUANTITY_FORMAT
+    if number == ".":
         return "unable to parse numeric part of quantity"
     return "" if _QUANTITY_SUFFIX.match(match.group(2)) else "unable to parse quantity's suffix"
 
@@ -532,12 +445,19 @@ def _causes(found: Iterable[jsonschema.ValidationError]) -> list[dict[str, str]]
             causes.append(_cause("FieldValueTypeInvalid", path, msg))
         elif rule == "enum":
             allowed = ", ".join(_goq(v) if isinstance(v, str) else json.dumps(v) for v in arg)
-            causes.append(_cause("FieldValueNotSupported", path,
-                                 f"Unsupported value: {_gov(value)}: supported values: {allowed}"))
+            causes.append(
+                _cause(
+                    "FieldValueNotSupported",
+                    path,
+                    f"Unsupported value: {_gov(value)}: supported values: {allowed}",
+                )
+            )
         elif rule == "maxLength":
             causes.append(_cause("FieldValueTooLong", path, f"Too long: may not be more than {arg} bytes"))
         elif rule == "maxItems":
-            causes.append(_cause("FieldValueTooMany", path, f"Too many: {len(value)}: must have at most {arg} items"))
+            causes.append(
+                _cause("FieldValueTooMany", path, f"Too many: {len(value)}: must have at most {arg} items")
+            )
         else:
             detail = {
                 "pattern": f"should match '{arg}'",
@@ -548,8 +468,10 @@ def _causes(found: Iterable[jsonschema.ValidationError]) -> list[dict[str, str]]
                 "oneOf": "must validate one and only one schema (oneOf)",
                 "anyOf": "must validate at least one schema (anyOf)",
             }.get(str(rule), err.message)
-            causes.append(_cause("FieldValueInvalid", path, f"Invalid value: {_gov(value)}: {path} in body {detail}"))
-    return list({(c["field"], c["message"]): c for c in causes}.values())
+            causes.append(
+                _cause("FieldValueInvalid", path, f"Invalid value: {_gov(value)}: {path} in body {detail}")
+            )
+    return sorted({(c["field"], c["message"]): c for c in causes}.values(), key=lambda c: c["field"])
 
 
 def _cause(reason: str, field: str, message: str) -> dict[str, str]:
@@ -583,21 +505,16 @@ def _goq(text: str) -> str:
 
 
 def _gov(value: Any) -> str:
-    """Go's rendering of a bad value in field errors."""
-    if isinstance(value, str):
-        return _goq(value)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return json.dumps(value)
+    """Go's rendering of a bad value in field errors (``%q`` strings, ``%#v`` maps and slices)."""
     if isinstance(value, dict):
-        inner = ", ".join(f"{_goq(k)}:{_gov(v)}" for k, v in sorted(value.items()))
-        return "map[string]interface {}{" + inner + "}"
+        return (
+            "map[string]interface {}{"
+            + ", ".join(f"{_goq(k)}:{_gov(v)}" for k, v in sorted(value.items()))
+            + "}"
+        )
     if isinstance(value, list):
         return "[]interface {}{" + ", ".join(_gov(v) for v in value) + "}"
-    return repr(value)
+    return _goq(value) if isinstance(value, str) else json.dumps(value)
 
 
 # --------------------------------------------------------------------------- names
@@ -605,6 +522,7 @@ def _gov(value: Any) -> str:
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _SUBDOMAIN = _LABEL + r"(\." + _LABEL + r")*"
 _DNS1035 = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+_LABEL_MAX, _SUBDOMAIN_MAX = 63, 253
 
 
 def _regex_error(msg: str, fmt: str, *examples: str) -> str:
@@ -619,32 +537,55 @@ def _name_errors(rt: ResourceType, name: str) -> list[str]:
         return [f"may not contain '{c}'" for c in "/%" if c in name]
     out: list[str] = []
     if rt.plural in ("namespaces", "services"):
-        if len(name) > 63:
-            out.append("must be no more than 63 characters")
+        if len(name) > _LABEL_MAX:
+            out.append(f"must be no more than {_LABEL_MAX} characters")
         if rt.plural == "services" and not re.fullmatch(_DNS1035, name):
-            out.append(_regex_error(
-                "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-                "alphabetic character, and end with an alphanumeric character", _DNS1035, "my-name", "abc-123"))
+            out.append(
+                _regex_error(
+                    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+                    "alphabetic character, and end with an alphanumeric character",
+                    _DNS1035,
+                    "my-name",
+                    "abc-123",
+                )
+            )
         elif rt.plural == "namespaces" and not re.fullmatch(_LABEL, name):
-            out.append("must not contain dots" if re.fullmatch(_SUBDOMAIN, name) else _regex_error(
-                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-                "start and end with an alphanumeric character", _LABEL, "my-name", "123-abc"))
+            out.append(
+                "must not contain dots"
+                if re.fullmatch(_SUBDOMAIN, name)
+                else _regex_error(
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                    "start and end with an alphanumeric character",
+                    _LABEL,
+                    "my-name",
+                    "123-abc",
+                )
+            )
         return out
-    if len(name) > 253:
-        out.append("must be no more than 253 characters")
+    if len(name) > _SUBDOMAIN_MAX:
+        out.append(f"must be no more than {_SUBDOMAIN_MAX} characters")
     if not re.fullmatch(_SUBDOMAIN, name):
-        out.append(_regex_error(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
-            "must start and end with an alphanumeric character", _SUBDOMAIN, "example.com"))
+        out.append(
+            _regex_error(
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+                "must start and end with an alphanumeric character",
+                _SUBDOMAIN,
+                "example.com",
+            )
+        )
     return out
 
 
 def validate_name(rt: ResourceType, name: str) -> None:
     """Raise the server's 422 Invalid for a bad ``metadata.name`` of kind ``rt``."""
     if not name:
-        cause = _cause("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")
+        cause = _cause(
+            "FieldValueRequired", "metadata.name", "Required value: name or generateName is required"
+        )
         raise errors.invalid(rt.kind, name, [cause], group=rt.group)
     msgs = _name_errors(rt, name)
     if msgs:
-        causes = [_cause("FieldValueInvalid", "metadata.name", f"Invalid value: {_goq(name)}: {m}") for m in msgs]
+        causes = [
+            _cause("FieldValueInvalid", "metadata.name", f"Invalid value: {_goq(name)}: {m}") for m in msgs
+        ]
         raise errors.invalid(rt.kind, name, causes, group=rt.group)

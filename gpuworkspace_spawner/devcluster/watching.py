@@ -31,6 +31,8 @@ class WatchRequest:
     send_initial_events: bool | None
     drop_after_events: int | None = None
     stall_s: float = 0.0
+    # Renders each event's object another way (kubectl asks for Tables); ``first`` is True once.
+    transform: Callable[[Obj, bool], dict[str, Any]] | None = None
 
 
 def _matcher(req: WatchRequest) -> Callable[[Obj | None], bool]:
@@ -87,7 +89,7 @@ class WatchStream:
                 return resp
             matches = _matcher(self.req)
             for kind, obj, event in backlog:
-                if not await self._send(resp, event.encoded(kind) if event else _line(kind, obj)):
+                if not await self._send(resp, self._encode(kind, obj, event)):
                     return resp
             if self.req.send_initial_events and self.req.bookmarks:
                 await resp.write(self._bookmark(initial_end=True))
@@ -119,6 +121,11 @@ class WatchStream:
             if kind:
                 out.append((kind, event.obj, event))
         return out
+
+    def _encode(self, kind: str, obj: Obj, event: WatchEvent | None) -> bytes:
+        if self.req.transform is not None:
+            return _line(kind, self.req.transform(obj, self.sent == 0))
+        return event.encoded(kind) if event is not None else _line(kind, obj)
 
     async def _send(self, resp: web.StreamResponse, line: bytes) -> bool:
         if self.req.stall_s:
@@ -153,5 +160,5 @@ class WatchStream:
             if event is None:  # store closed, or this watcher fell too far behind
                 return
             kind = translate(event, matches)
-            if kind and not await self._send(resp, event.encoded(kind)):
+            if kind and not await self._send(resp, self._encode(kind, event.obj, event)):
                 return

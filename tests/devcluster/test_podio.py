@@ -391,15 +391,16 @@ async def test_exec_client_hangup_kills_the_command(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- kubectl
-async def kubectl(
-    srv: Served, *args: str, stdin: bytes | None = None, deadline_s: float = 30
-) -> tuple[int, str, str]:
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(srv.kubeconfig),
-        "KUBECACHEDIR": str(srv.kubeconfig.parent / "cache"),
-    }
+def kubectl_env(kubeconfig: Path) -> dict[str, str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECACHEDIR": str(kubeconfig.parent / "cache")}
     env.pop("KUBERNETES_SERVICE_HOST", None)
+    return env
+
+
+async def kubectl(
+    srv: Served | Path, *args: str, stdin: bytes | None = None, deadline_s: float = 30
+) -> tuple[int, str, str]:
+    env = kubectl_env(srv if isinstance(srv, Path) else srv.kubeconfig)
     proc = await asyncio.create_subprocess_exec(
         "kubectl",
         *args,
@@ -460,7 +461,7 @@ async def test_kubectl_logs(tmp_path: Path) -> None:
 async def test_kubectl_logs_follow(tmp_path: Path) -> None:
     async with serve(tmp_path, make_pod()) as srv:
         srv.log("p", "first")
-        env = {**os.environ, "KUBECONFIG": str(srv.kubeconfig), "KUBECACHEDIR": str(tmp_path / "cache")}
+        env = kubectl_env(srv.kubeconfig)
         proc = await asyncio.create_subprocess_exec(
             "kubectl",
             "logs",
@@ -481,3 +482,26 @@ async def test_kubectl_logs_follow(tmp_path: Path) -> None:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+@needs_kubectl
+async def test_kubectl_through_the_devcluster(tmp_path: Path) -> None:
+    from gpuworkspace_spawner.devcluster.cluster import DevCluster
+    from gpuworkspace_spawner.devcluster.resources import find
+
+    pods = find("", "v1", "pods")
+    assert pods is not None
+    async with DevCluster(tmp_path / "state") as c:
+        runtime = LocalDirRuntime(tmp_path / "state")
+        c.api.pod_io = PodIO(runtime, get_pod=lambda ns, name: c.store.get(pods, ns, name))
+        pod = make_pod()
+        c.verbs.create(pods, "default", {"metadata": {"name": "p"}, "spec": pod["spec"]})
+        current = c.verbs.get(pods, "default", "p")
+        c.verbs.update(pods, "default", "p", {**current, "status": pod["status"]}, subresource="status")
+        assert await kubectl(c.kubeconfig, "exec", "p", "--", "sh", "-c", "echo hi; exit 3") == (
+            3,
+            "hi\n",
+            "command terminated with exit code 3\n",
+        )
+        runtime.write_log("default", "p", "c", "hello\nworld")
+        assert await kubectl(c.kubeconfig, "logs", "p", "--tail=1") == (0, "world\n", "")
