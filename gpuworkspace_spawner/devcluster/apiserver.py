@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
 
@@ -15,7 +16,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, openapi, rbac, tables, validation
+from . import crds, errors, openapi, rbac, tables, validation
 from .errors import ApiError
 from .faults import FaultInjector
 from .resources import (
@@ -24,14 +25,13 @@ from .resources import (
     ResourceType,
     find,
 )
+from .routing import JSON, TRUE, Route, discovery_document, parse_route, request_verb
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Obj
 from .verbs import Verbs
 from .watching import DEFAULT_WATCH_TIMEOUT_S, WatchRequest, WatchStream
 
 log = logging.getLogger(__name__)
-JSON = "application/json"
-TRUE = ("true", "True", "1")
 
 
 @dataclass
@@ -49,17 +49,6 @@ class RequestRecord:
     user_agent: str
     user: str
     query: str = ""
-
-
-@dataclass
-class Route:
-    """A parsed resource URL."""
-
-    rt: ResourceType
-    namespace: str | None
-    name: str | None
-    subresource: str
-    watch_path: bool = False
 
 
 @dataclass
@@ -133,8 +122,8 @@ class ApiServer:
         if nonresource is not None:
             self._authorize(user, rbac.RequestAttributes(verb="get", path=path))
             return await nonresource
-        route = self._route(path)
-        verb = self._verb(request.method, route, request.query)
+        route = parse_route(path)
+        verb = request_verb(request.method, route, request.query)
         record.verb, record.resource = (
             verb,
             route.rt.plural + (f"/{route.subresource}" if route.subresource else ""),
@@ -162,109 +151,20 @@ class ApiServer:
 
     # ---------------------------------------------------------------- routing
     def _nonresource(self, request: web.Request, path: str) -> Awaitable[web.StreamResponse] | None:
-        accept = request.headers.get("Accept", "")
-        aggregated = "as=APIGroupDiscoveryList" in accept and "v=v2" in accept
-        simple: dict[str, Callable[[], Any]] = {
-            "/version": discovery.version_info,
-            "/api": (lambda: discovery.aggregated_discovery(core=True))
-            if aggregated
-            else discovery.core_api_versions,
-            "/apis": (lambda: discovery.aggregated_discovery(core=False))
-            if aggregated
-            else discovery.api_group_list,
-            "/api/v1": discovery.core_resource_list,
-            "/healthz": lambda: "ok",
-            "/livez": lambda: "ok",
-            "/readyz": lambda: "ok",
-        }
-        if path in simple:
-            if request.method != "GET":
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
-            ctype = (
-                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-                if aggregated and path in ("/api", "/apis")
-                else JSON
-            )
-            return _ready(_respond(simple[path](), ctype))
+        if path in self.config.extra_handlers:
+            return self.config.extra_handlers[path](request)
         if path == "/openapi/v2":
             if self._openapi_v2 is None:
                 self._openapi_v2 = orjson.dumps(openapi.build_openapi_v2(self.verbs.schemas))
             return _ready(web.Response(body=self._openapi_v2, content_type=JSON))
-        if path == "/openapi/v3":
-            return _ready(_respond(openapi.build_openapi_v3_index(), JSON))
-        if path.startswith("/openapi/v3/"):
-            doc = openapi.build_openapi_v3_group_version(self.verbs.schemas, path[len("/openapi/v3/") :])
-            if doc is None:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return _ready(_respond(doc, JSON))
-        if path in self.config.extra_handlers:
-            return self.config.extra_handlers[path](request)
-        parts = path.strip("/").split("/")
-        if parts[0] == "apis" and len(parts) == 3:
-            listing = discovery.group_resource_list(parts[1], parts[2])
-            if listing is None:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return _ready(_respond(listing, JSON))
-        if parts[0] == "apis" and len(parts) == 2:
-            for group in discovery.api_group_list()["groups"]:
-                if group["name"] == parts[1]:
-                    return _ready(_respond({"kind": "APIGroup", "apiVersion": "v1", **group}, JSON))
-        return None
-
-    def _route(self, path: str) -> Route:
-        parts = [p for p in path.strip("/").split("/") if p]
-        not_found = ApiError(404, "NotFound", "the server could not find the requested resource")
-        if len(parts) >= 2 and parts[0] == "api":
-            group, version, rest = "", parts[1], parts[2:]
-        elif len(parts) >= 3 and parts[0] == "apis":
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
-            raise not_found
-        watch_path = bool(rest) and rest[0] == "watch"
-        if watch_path:
-            rest = rest[1:]
-        namespace = None
-        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
-            namespace, rest = rest[1], rest[2:]
-        if group == KUBEVIRT_SUBRESOURCE_GROUP:
-            # /apis/subresources.kubevirt.io/v1/namespaces/NS/virtualmachines/NAME/start
-            if len(rest) == 3 and rest[0] == "virtualmachines" and rest[2] in KUBEVIRT_VM_ACTIONS:
-                rt = find("kubevirt.io", "v1", "virtualmachines")
-                assert rt is not None
-                return Route(rt, namespace, rest[1], rest[2])
-            raise not_found
-        if not rest:
-            raise not_found
-        rt = find(group, version, rest[0])
-        if rt is None or (namespace is not None and not rt.namespaced):
-            raise not_found
-        name = rest[1] if len(rest) > 1 else None
-        sub = "/".join(rest[2:])
-        if sub and sub not in rt.subresources and not (rt.plural == "namespaces" and sub == "finalize"):
-            raise not_found
-        return Route(rt, namespace, name, sub, watch_path)
-
-    @staticmethod
-    def _verb(method: str, route: Route, query: Any) -> str:
-        if method == "GET":
-            if route.name is None:
-                return "watch" if route.watch_path or query.get("watch") in TRUE else "list"
-            return "watch" if route.watch_path else "get"
-        if route.subresource in KUBEVIRT_VM_ACTIONS:
-            return "update"
-        table = {
-            "POST": "create",
-            "PUT": "update",
-            "PATCH": "patch",
-            "DELETE": "delete" if route.name else "deletecollection",
-        }
-        if method not in table:
+        found = discovery_document(path, request.headers.get("Accept", ""), self.verbs.schemas)
+        if found is None:
+            return None
+        if request.method != "GET":
             raise ApiError(
                 405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
             )
-        return table[method]
+        return _ready(_respond(found[0], found[1]))
 
     # ------------------------------------------------------------------ auth
     def _authenticate(self, request: web.Request) -> rbac.UserInfo:
@@ -437,7 +337,7 @@ class ApiServer:
                 )
                 deleted.append(done)
             except ApiError as exc:
-                if exc.code != 404:
+                if exc.code != HTTPStatus.NOT_FOUND:
                     raise
         body = {
             "kind": route.rt.list_kind,
@@ -537,8 +437,6 @@ class ApiServer:
     def _table(
         self, request: web.Request, rt: ResourceType, items: list[Obj], meta: dict[str, Any]
     ) -> dict[str, Any]:
-        from . import crds
-
         include = request.query.get("includeObject", "Metadata")
         columns = crds.printer_columns(rt) if rt.custom else None
         return tables.build_table(
@@ -587,8 +485,12 @@ async def _read_body(request: web.Request) -> tuple[Any, list[str]]:
     ctype = request.headers.get("Content-Type", JSON)
     if "protobuf" in ctype:
         # Not served (as for CRDs on a real cluster): clients must send JSON or YAML.
-        raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted "
-                       "media types include: application/json, application/yaml")
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted "
+            "media types include: application/json, application/yaml",
+        )
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     if "yaml" in ctype:

@@ -56,9 +56,7 @@ class Controllers:
 
     async def settle(self) -> None:
         """Wait until the work queue is drained (tests use this instead of sleeping)."""
-        while not self._queue.empty():
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0)
+        await self._queue.join()
 
     # ----------------------------------------------------------- bookkeeping
     def _index(self, key: TypeKey, obj: Obj) -> None:

@@ -45,9 +45,8 @@ def find_shared_schemas() -> pathlib.Path | None:
         return path if path.is_dir() else None
     for start in (pathlib.Path(__file__).resolve().parent, pathlib.Path.cwd().resolve()):
         for base in (start, *start.parents):
-            candidate = base / "shared" / "schemas"
-            if (candidate / "kubevirt-swagger.json").is_file():
-                return candidate
+            if (base / "shared" / "schemas").is_dir():
+                return base / "shared" / "schemas"
     return None
 
 
@@ -78,18 +77,22 @@ def _canon_core(node: Any, name: str = "") -> Any:
     return out
 
 
+@functools.cache
+def _core_definitions() -> dict[str, Schema]:
+    raw = json.loads((pathlib.Path(kubernetes_validate.__file__).parent / _CORE_DEFS).read_text())["$defs"]
+    return {name: _canon_core(d, name) for name, d in raw.items()}
+
+
 class SchemaSet:
     """The schemas of every served kind, loaded once (files are read lazily)."""
 
     def __init__(self, shared: pathlib.Path | None = None, *, auto: bool = True) -> None:
         self.shared = shared if shared is not None or not auto else find_shared_schemas()
 
-    @functools.cached_property
+    @property
     def core_definitions(self) -> dict[str, Schema]:
         """Built-in definitions in OpenAPI v2 form (refs ``#/definitions/...``); treat as read-only."""
-        path = pathlib.Path(kubernetes_validate.__file__).parent / _CORE_DEFS
-        raw = json.loads(path.read_text())["$defs"]
-        return {name: _canon_core(d, name) for name, d in raw.items()}
+        return _core_definitions()
 
     def core_name(self, rt: ResourceType) -> str | None:
         """The definition name of a built-in kind, e.g. ``io.k8s.api.core.v1.Pod``."""

@@ -128,13 +128,13 @@ def loads_checking_duplicates(raw: bytes) -> tuple[Any, list[str]]:
         parsed = json.loads(raw, object_pairs_hook=_pairs)
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.bad_request(
-            f"couldn't get version/kind; json parse error: {_go_json_error(exc, raw)}"
+            f"couldn't get version/kind; json parse error: {_go_json_error(exc)}"
         ) from None
     found: list[str] = []
     return _collect_dups(parsed, "", found), found
 
 
-def _go_json_error(exc: Exception, raw: bytes) -> str:
+def _go_json_error(exc: Exception) -> str:
     if isinstance(exc, json.JSONDecodeError):
         if exc.pos >= len(exc.doc.rstrip()):
             return "unexpected end of JSON input"

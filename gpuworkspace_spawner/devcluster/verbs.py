@@ -8,6 +8,7 @@ No HTTP here: the aiohttp layer (``apiserver.py``) parses requests and calls the
 from __future__ import annotations
 
 import base64
+import bisect
 import random
 import uuid
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ import orjson
 from . import errors, patching, validation
 from .defaults import ClusterIPAllocator, DefaultingContext, apply_defaults, apply_update_defaults
 from .errors import ApiError
+from .quantity import parse_quantity
 from .resources import ResourceType, find
 from .selectors import FieldSelector, LabelSelector
 from .store import Obj, Store
@@ -85,8 +87,6 @@ class Verbs:
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         keys = sorted(bucket)
         if start_after is not None:
-            import bisect
-
             keys = keys[bisect.bisect_right(keys, start_after) :]
         for i, key in enumerate(keys):
             if namespace and rt.namespaced and key[0] != namespace:
@@ -255,8 +255,6 @@ class Verbs:
             self._check_pvc_update(old, new)
 
     def _check_pvc_update(self, old: Obj, new: Obj) -> None:
-        from .quantity import parse_quantity
-
         name = old["metadata"]["name"]
         a, b = clone(old.get("spec", {})), clone(new.get("spec", {}))
         old_size = a.get("resources", {}).get("requests", {}).pop("storage", "0")
@@ -316,7 +314,7 @@ class Verbs:
         field_validation: str = "Warn",
     ) -> tuple[Obj, list[str]]:
         old = self.get(rt, namespace, name)
-        ctype = content_type.split(";")[0].strip()
+        ctype = content_type.split(";", maxsplit=1)[0].strip()
         if ctype == "application/merge-patch+json":
             if not isinstance(patch, dict):
                 raise errors.bad_request(
@@ -340,10 +338,10 @@ class Verbs:
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
-                f"the body of the request was in an unknown format - "
-                f"accepted media types include: application/json-patch+json, "
-                f"application/merge-patch+json, application/apply-patch+yaml, "
-                f"application/strategic-merge-patch+json",
+                "the body of the request was in an unknown format - "
+                "accepted media types include: application/json-patch+json, "
+                "application/merge-patch+json, application/apply-patch+yaml, "
+                "application/strategic-merge-patch+json",
             )
         if not isinstance(new.get("metadata"), dict):
             raise errors.bad_request("metadata must be an object")
@@ -387,22 +385,7 @@ class Verbs:
             raise errors.conflict(rt.plural, name, rt.group)
         if pre.get("resourceVersion") and pre["resourceVersion"] != obj["metadata"]["resourceVersion"]:
             raise errors.conflict(rt.plural, name, rt.group)
-        policy = options.get("propagationPolicy")
-        if options.get("orphanDependents") is True:
-            policy = "Orphan"
-        if policy not in (None, "Background", "Foreground", "Orphan"):
-            raise errors.invalid(
-                "DeleteOptions",
-                "",
-                [
-                    {
-                        "reason": "FieldValueNotSupported",
-                        "field": "propagationPolicy",
-                        "message": f'Unsupported value: "{policy}": '
-                        'supported values: "Foreground", "Background", "Orphan", "nil"',
-                    }
-                ],
-            )
+        policy = _propagation_policy(options)
         new = clone(obj)
         meta = new["metadata"]
         finalizers = list(meta.get("finalizers") or [])
@@ -495,7 +478,9 @@ class Verbs:
                     details={"causes": [{"reason": "NamespaceTerminating"}]},
                 )
 
-    def _validate(self, rt: ResourceType, obj: Obj, field_validation: str, dups: list[str] | None) -> list[str]:
+    def _validate(
+        self, rt: ResourceType, obj: Obj, field_validation: str, dups: list[str] | None
+    ) -> list[str]:
         return validation.validate_object(
             rt, obj, field_validation=field_validation or "Warn", duplicates=dups or (), schemas=self.schemas
         )
@@ -506,6 +491,21 @@ class Verbs:
             if ann.get("storageclass.kubernetes.io/is-default-class") == "true":
                 return str(sc["metadata"]["name"])
         return None
+
+
+def _propagation_policy(options: dict[str, Any]) -> str | None:
+    policy = options.get("propagationPolicy")
+    if options.get("orphanDependents") is True:
+        policy = "Orphan"
+    if policy not in (None, "Background", "Foreground", "Orphan"):
+        cause = {
+            "reason": "FieldValueNotSupported",
+            "field": "propagationPolicy",
+            "message": f'Unsupported value: "{policy}": supported values: "Foreground", "Background", '
+            '"Orphan", "nil"',
+        }
+        raise errors.invalid("DeleteOptions", "", [cause])
+    return policy
 
 
 def _deletable(rt: ResourceType, obj: Obj) -> bool:

@@ -40,10 +40,18 @@ class Kubectl:
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECTL_EXTERNAL_DIFF": ""}
         self.env.pop("KUBERNETES_SERVICE_HOST", None)
 
-    def __call__(self, *args: str, input: str | None = None, check: bool = True,
-                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True, env=self.env,
-                              timeout=timeout)
+    def __call__(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["kubectl", *args],
+            check=False,
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc

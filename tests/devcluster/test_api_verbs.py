@@ -56,7 +56,8 @@ async def test_resource_versions_are_cluster_wide_and_monotonic(api: client.ApiC
 async def test_generate_name(api: client.ApiClient) -> None:
     await make_ns(api)
     created = await client.CoreV1Api(api).create_namespaced_config_map(
-        NS, {"metadata": {"generateName": "cfg-"}})
+        NS, {"metadata": {"generateName": "cfg-"}}
+    )
     assert created.metadata.name.startswith("cfg-") and len(created.metadata.name) == 9
 
 
@@ -78,8 +79,15 @@ async def test_errors_are_status_objects(api: client.ApiClient) -> None:
         await core.read_namespaced_pod("missing", NS)
     assert err.value.status == 404
     assert status_of(err.value) | {"details": None} == {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": 'pods "missing" not found', "reason": "NotFound", "code": 404, "details": None}
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'pods "missing" not found',
+        "reason": "NotFound",
+        "code": 404,
+        "details": None,
+    }
     await core.create_namespaced_pod(NS, pod("a"))
     with pytest.raises(ApiException) as err:
         await core.create_namespaced_pod(NS, pod("a"))
@@ -106,17 +114,23 @@ async def test_put_with_stale_resource_version_conflicts(api: client.ApiClient) 
 async def test_status_subresource_and_generation(api: client.ApiClient) -> None:
     await make_ns(api)
     core = client.CoreV1Api(api)
-    await core.create_namespaced_persistent_volume_claim(NS, {
-        "metadata": {"name": "home"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    await core.create_namespaced_persistent_volume_claim(
+        NS,
+        {
+            "metadata": {"name": "home"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
     # A status write through the main resource is ignored ...
     patched = await core.patch_namespaced_persistent_volume_claim(
-        "home", NS, {"status": {"phase": "Bound"}, "metadata": {"labels": {"a": "b"}}})
+        "home", NS, {"status": {"phase": "Bound"}, "metadata": {"labels": {"a": "b"}}}
+    )
     assert patched.status.phase == "Pending" and patched.metadata.labels == {"a": "b"}
     assert patched.metadata.generation == 1  # metadata changes don't bump generation
     # ... and honoured through /status, which ignores everything else.
     patched = await core.patch_namespaced_persistent_volume_claim_status(
-        "home", NS, {"status": {"phase": "Bound"}, "metadata": {"labels": {"c": "d"}}})
+        "home", NS, {"status": {"phase": "Bound"}, "metadata": {"labels": {"c": "d"}}}
+    )
     assert patched.status.phase == "Bound" and patched.metadata.labels == {"a": "b"}
 
 
@@ -128,17 +142,22 @@ async def test_patch_types(api: client.ApiClient) -> None:
     await core.create_namespaced_pod(NS, p)
     # strategic merge: containers merge by name, so the sidecar survives
     patched = await core.patch_namespaced_pod(
-        "a", NS, {"spec": {"containers": [{"name": "notebook", "image": "quay.io/jupyter/base-notebook:new"}]}})
+        "a",
+        NS,
+        {"spec": {"containers": [{"name": "notebook", "image": "quay.io/jupyter/base-notebook:new"}]}},
+    )
     assert [c.image for c in patched.spec.containers] == ["quay.io/jupyter/base-notebook:new", "busybox:1.36"]
     # json-patch
     patched = await core.patch_namespaced_pod(
-        "a", NS, [{"op": "add", "path": "/metadata/labels/x", "value": "y"}])
+        "a", NS, [{"op": "add", "path": "/metadata/labels/x", "value": "y"}]
+    )
     assert patched.metadata.labels["x"] == "y"
     # merge-patch (null deletes)
     api.set_default_header("Content-Type", "application/merge-patch+json")
     try:
-        patched = await core.patch_namespaced_pod("a", NS, {"metadata": {"labels": {"x": None}}},
-                                                  _content_type="application/merge-patch+json")
+        patched = await core.patch_namespaced_pod(
+            "a", NS, {"metadata": {"labels": {"x": None}}}, _content_type="application/merge-patch+json"
+        )
     finally:
         api.default_headers.pop("Content-Type", None)
     assert "x" not in (patched.metadata.labels or {})
@@ -186,7 +205,9 @@ async def test_list_pagination_and_selectors(api: client.ApiClient) -> None:
 async def test_finalizers_hold_deletion(api: client.ApiClient, cluster: DevCluster) -> None:
     await make_ns(api)
     core = client.CoreV1Api(api)
-    await core.create_namespaced_config_map(NS, {"metadata": {"name": "c", "finalizers": ["example.com/keep"]}})
+    await core.create_namespaced_config_map(
+        NS, {"metadata": {"name": "c", "finalizers": ["example.com/keep"]}}
+    )
     await core.delete_namespaced_config_map("c", NS)
     held = await core.read_namespaced_config_map("c", NS)
     assert held.metadata.deletion_timestamp is not None
@@ -198,13 +219,20 @@ async def test_finalizers_hold_deletion(api: client.ApiClient, cluster: DevClust
 
 async def _owned_pair(core: client.CoreV1Api) -> None:
     owner = await core.create_namespaced_config_map(NS, {"metadata": {"name": "owner"}})
-    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid,
-           "blockOwnerDeletion": True}
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner.metadata.uid,
+        "blockOwnerDeletion": True,
+    }
     await core.create_namespaced_secret(NS, {"metadata": {"name": "dep", "ownerReferences": [ref]}})
 
 
 @pytest.mark.parametrize("policy", ["Background", "Foreground"])
-async def test_owner_reference_garbage_collection(api: client.ApiClient, cluster: DevCluster, policy: str) -> None:
+async def test_owner_reference_garbage_collection(
+    api: client.ApiClient, cluster: DevCluster, policy: str
+) -> None:
     await make_ns(api)
     core = client.CoreV1Api(api)
     await _owned_pair(core)
@@ -253,7 +281,9 @@ async def test_state_survives_restart(tmp_path) -> None:
         from gpuworkspace_spawner.devcluster.resources import find
 
         first.verbs.create(find("", "v1", "namespaces"), "", {"metadata": {"name": "keep"}})
-        cm = ns_rt.create(find("", "v1", "configmaps"), "keep", {"metadata": {"name": "c"}, "data": {"a": "1"}})[0]
+        cm = ns_rt.create(
+            find("", "v1", "configmaps"), "keep", {"metadata": {"name": "c"}, "data": {"a": "1"}}
+        )[0]
         rv = int(cm["metadata"]["resourceVersion"])
     async with DevCluster(state) as second:
         again = second.verbs.get(find("", "v1", "configmaps"), "keep", "c")

@@ -82,10 +82,10 @@ async def test_too_old_resource_version_is_410(api: client.ApiClient, cluster: D
     cluster.store.compact()
     cfg = api.configuration
     url = f"{cfg.host}/api/v1/namespaces/{NS}/pods?watch=true&resourceVersion={rv}"
-    async with aiohttp.ClientSession(headers={"Authorization": cfg.api_key["BearerToken"]}) as session:
-        async with session.get(url) as resp:
-            assert resp.status == 200
-            line = json.loads(await resp.content.readline())
+    headers = {"Authorization": cfg.api_key["BearerToken"]}
+    async with aiohttp.ClientSession(headers=headers) as session, session.get(url) as resp:
+        assert resp.status == 200
+        line = json.loads(await resp.content.readline())
     assert line["type"] == "ERROR"
     assert line["object"]["code"] == 410 and line["object"]["reason"] == "Expired"
     assert "too old resource version" in line["object"]["message"]
@@ -95,19 +95,25 @@ async def test_bookmarks_and_timeout(api: client.ApiClient, cluster: DevCluster)
     await make_ns(api)
     rv = cluster.store.rv
     cfg = api.configuration
-    url = (f"{cfg.host}/api/v1/namespaces/{NS}/pods?watch=True&allowWatchBookmarks=true"
-           f"&resourceVersion={rv}&timeoutSeconds=2")
+    url = (
+        f"{cfg.host}/api/v1/namespaces/{NS}/pods?watch=True&allowWatchBookmarks=true"
+        f"&resourceVersion={rv}&timeoutSeconds=2"
+    )
     loop = asyncio.get_running_loop()
     started = loop.time()
-    async with aiohttp.ClientSession(headers={"Authorization": cfg.api_key["BearerToken"]}) as session:
-        async with session.get(url) as resp:
-            lines = [json.loads(raw) async for raw in resp.content if raw.strip()]
+    headers = {"Authorization": cfg.api_key["BearerToken"]}
+    async with aiohttp.ClientSession(headers=headers) as session, session.get(url) as resp:
+        lines = [json.loads(raw) async for raw in resp.content if raw.strip()]
     assert 1.5 < loop.time() - started < 10  # the server ended the watch at timeoutSeconds
     assert lines and all(e["type"] == "BOOKMARK" for e in lines)
-    assert lines[0]["object"]["kind"] == "Pod" and int(lines[0]["object"]["metadata"]["resourceVersion"]) >= rv
+    assert (
+        lines[0]["object"]["kind"] == "Pod" and int(lines[0]["object"]["metadata"]["resourceVersion"]) >= rv
+    )
 
 
-async def test_injected_watch_drop_then_resume_loses_nothing(api: client.ApiClient, cluster: DevCluster) -> None:
+async def test_injected_watch_drop_then_resume_loses_nothing(
+    api: client.ApiClient, cluster: DevCluster
+) -> None:
     await make_ns(api)
     core = client.CoreV1Api(api)
     rv = (await core.list_namespaced_pod(NS)).metadata.resource_version

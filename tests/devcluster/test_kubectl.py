@@ -169,8 +169,16 @@ def test_patch_label_annotate_delete(kubectl: Kubectl, ns: str, tmp_path: Path) 
     kubectl("apply", "-f", _write(tmp_path, "pvc", SEED_MANIFESTS["pvc"]))
     kubectl("label", "pvc", "user01-home", "-n", ns, "tier=gold")
     kubectl("annotate", "pvc", "user01-home", "-n", ns, "note=keep")
-    kubectl("patch", "pvc", "user01-home", "-n", ns, "--type=json",
-            "-p", '[{"op":"add","path":"/metadata/labels/team","value":"vision"}]')
+    kubectl(
+        "patch",
+        "pvc",
+        "user01-home",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        '[{"op":"add","path":"/metadata/labels/team","value":"vision"}]',
+    )
     obj = json.loads(kubectl("get", "pvc", "user01-home", "-n", ns, "-o", "json").stdout)
     assert obj["metadata"]["labels"].items() >= {"tier": "gold", "team": "vision"}.items()
     assert obj["metadata"]["annotations"]["note"] == "keep"
@@ -185,10 +193,23 @@ def test_wait_for_condition(kubectl: Kubectl, bg: BackgroundCluster, ns: str, tm
     kubectl("apply", "-f", _write(tmp_path, "pvc", SEED_MANIFESTS["pvc"]))
     waiter = subprocess.Popen(
         ["kubectl", "wait", "--for=condition=Resizing", "pvc/user01-home", "-n", ns, "--timeout=30s"],
-        env=kubectl.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=kubectl.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1.0)
-    kubectl("patch", "pvc", "user01-home", "-n", ns, "--subresource=status", "--type=merge",
-            "-p", '{"status":{"conditions":[{"type":"Resizing","status":"True"}]}}')
+    kubectl(
+        "patch",
+        "pvc",
+        "user01-home",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"conditions":[{"type":"Resizing","status":"True"}]}}',
+    )
     out, err = waiter.communicate(timeout=30)
     assert waiter.returncode == 0, err
     assert "condition met" in out
@@ -196,12 +217,26 @@ def test_wait_for_condition(kubectl: Kubectl, bg: BackgroundCluster, ns: str, tm
 
 def test_get_watch_prints_table_rows(kubectl: Kubectl, ns: str, tmp_path: Path) -> None:
     kubectl("apply", "-f", _write(tmp_path, "pvc", SEED_MANIFESTS["pvc"]))
-    watcher = subprocess.Popen(["kubectl", "get", "pvc", "-n", ns, "-w"], env=kubectl.env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watcher = subprocess.Popen(
+        ["kubectl", "get", "pvc", "-n", ns, "-w"],
+        env=kubectl.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.5)
-        kubectl("patch", "pvc", "user01-home", "-n", ns, "--subresource=status", "--type=merge",
-                "-p", '{"status":{"phase":"Bound"}}')
+        kubectl(
+            "patch",
+            "pvc",
+            "user01-home",
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"phase":"Bound"}}',
+        )
         time.sleep(1.5)
     finally:
         watcher.terminate()
@@ -212,16 +247,35 @@ def test_get_watch_prints_table_rows(kubectl: Kubectl, ns: str, tmp_path: Path) 
     assert lines[-1].split()[:2] == ["user01-home", "Bound"]  # the watch event, printed as a table row
 
 
-def test_vm_start_stop_subresources_with_real_client_semantics(kubectl: Kubectl, bg: BackgroundCluster,
-                                                                ns: str, tmp_path: Path) -> None:
+def test_vm_start_stop_subresources_with_real_client_semantics(
+    kubectl: Kubectl, bg: BackgroundCluster, ns: str, tmp_path: Path
+) -> None:
     kubectl("apply", "-f", _write(tmp_path, "vm", SEED_MANIFESTS["vm"]))
     token = bg.cluster.admin_token  # type: ignore[union-attr]
-    base = f"{bg.cluster.url}/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/notebook-user01"  # type: ignore[union-attr]
+    base = (
+        f"{bg.cluster.url}/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/notebook-user01"  # type: ignore[union-attr]
+    )
 
     def put(action: str) -> int:
-        res = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT",
-                              "-H", f"Authorization: Bearer {token}", f"{base}/{action}"],
-                             capture_output=True, text=True, timeout=10)
+        res = subprocess.run(
+            [
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-X",
+                "PUT",
+                "-H",
+                f"Authorization: Bearer {token}",
+                f"{base}/{action}",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return int(res.stdout)
 
     assert put("start") == 202

@@ -13,7 +13,8 @@ from gpuworkspace_spawner.devcluster.errors import ApiError
 
 SHARED = validation.find_shared_schemas()
 needs_shared = pytest.mark.skipif(
-    SHARED is None, reason="../shared/schemas is absent: the KubeVirt/CDI/NetworkFence schemas are unavailable"
+    SHARED is None,
+    reason="../shared/schemas is absent: the KubeVirt/CDI/NetworkFence schemas are unavailable",
 )
 
 POD = resources.find("", "v1", "pods")
@@ -47,7 +48,11 @@ SEED_SERVICE = {
 SEED_POD = {  # what KubeSpawner creates
     "apiVersion": "v1",
     "kind": "Pod",
-    "metadata": {"name": "jupyter-alice", "labels": {"component": "singleuser-server"}, "annotations": {"a": "b"}},
+    "metadata": {
+        "name": "jupyter-alice",
+        "labels": {"component": "singleuser-server"},
+        "annotations": {"a": "b"},
+    },
     "spec": {
         "automountServiceAccountToken": False,
         "containers": [
@@ -74,7 +79,11 @@ SEED_DV = {
     "metadata": {"name": "ws-alice-root", "namespace": "jhub"},
     "spec": {
         "sourceRef": {"kind": "DataSource", "name": "ubuntu-2404", "namespace": "os-images"},
-        "storage": {"accessModes": ["ReadWriteMany"], "volumeMode": "Block", "resources": {"requests": {"storage": "40Gi"}}},
+        "storage": {
+            "accessModes": ["ReadWriteMany"],
+            "volumeMode": "Block",
+            "resources": {"requests": {"storage": "40Gi"}},
+        },
     },
 }
 SEED_VM = {
@@ -190,9 +199,13 @@ def test_yaml_duplicates_have_line_numbers_and_timestamps_stay_strings() -> None
     obj, dups = validation.loads_yaml_checking_duplicates(raw)
     assert dups == ['line 5: key "name" already set in map']
     assert obj["metadata"] == {"name": "p", "annotations": {"t": "2024-01-01"}}
-    assert validate(POD, obj | {"spec": {"containers": [{"name": "c"}]}}, "Warn", yaml_duplicates=dups) == dups
+    assert (
+        validate(POD, obj | {"spec": {"containers": [{"name": "c"}]}}, "Warn", yaml_duplicates=dups) == dups
+    )
     err = error(POD, obj | {"spec": {"containers": [{"name": "c"}]}}, yaml_duplicates=dups)
-    assert err.message.endswith('strict decoding error: yaml: unmarshal errors:\n  line 5: key "name" already set in map')
+    assert err.message.endswith(
+        'strict decoding error: yaml: unmarshal errors:\n  line 5: key "name" already set in map'
+    )
 
 
 def test_malformed_json_is_bad_request() -> None:
@@ -212,7 +225,10 @@ def test_malformed_json_is_bad_request() -> None:
         ),
         ({"resources": {"requests": {"memory": "2GB"}}}, "quantities must match the regular expression"),
         ({"resources": {"requests": {"memory": "2K"}}}, "unable to parse quantity's suffix"),
-        ({"args": "sleep"}, "json: cannot unmarshal string into Go struct field Container.spec.containers.args of type []string"),
+        (
+            {"args": "sleep"},
+            "json: cannot unmarshal string into Go struct field Container.spec.containers.args of type []string",
+        ),
     ],
 )
 def test_builtin_type_errors_are_go_decoding_errors(patch: dict[str, Any], detail: str) -> None:
@@ -243,7 +259,10 @@ def test_builtin_required_field_is_invalid_with_cause() -> None:
     ]
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"},
             "rules": [{"apiGroups": [""], "resources": ["pods"]}]}  # fmt: skip
-    assert error(ROLE, role).message == 'Role.rbac.authorization.k8s.io "r" is invalid: rules[0].verbs: Required value'
+    assert (
+        error(ROLE, role).message
+        == 'Role.rbac.authorization.k8s.io "r" is invalid: rules[0].verbs: Required value'
+    )
 
 
 def test_nulls_are_dropped() -> None:
@@ -268,9 +287,15 @@ def test_custom_type_and_required_errors_are_invalid() -> None:
             'integer: "string"',
             "field": "spec.template.spec.domain.cpu.cores",
         },
-        {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.template.spec.domain.devices"},
+        {
+            "reason": "FieldValueRequired",
+            "message": "Required value",
+            "field": "spec.template.spec.domain.devices",
+        },
     ]
-    assert err.message.startswith('VirtualMachine.kubevirt.io "ws-alice" is invalid: spec.template.spec.domain.cpu')
+    assert err.message.startswith(
+        'VirtualMachine.kubevirt.io "ws-alice" is invalid: spec.template.spec.domain.cpu'
+    )
 
 
 @needs_shared
@@ -284,7 +309,9 @@ def test_custom_quantity_pattern_and_misspelt_storage_field() -> None:
     assert "in body should match" in err.details["causes"][0]["message"]
     obj = copy.deepcopy(SEED_DV)
     obj["spec"]["storage"]["storageClasName"] = "ceph"
-    assert error(DV, obj).message.endswith('strict decoding error: unknown field "spec.storage.storageClasName"')
+    assert error(DV, obj).message.endswith(
+        'strict decoding error: unknown field "spec.storage.storageClasName"'
+    )
 
 
 def test_volume_snapshot_class_enum_and_snapshot_source() -> None:
@@ -311,7 +338,9 @@ def test_crd_defaults_are_applied() -> None:
     assert fence["spec"]["fenceState"] == "Fenced"
 
 
-def test_custom_kinds_without_schemas_are_accepted_with_a_logged_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_custom_kinds_without_schemas_are_accepted_with_a_logged_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     bare = validation.SchemaSet(None, auto=False)
     assert bare.custom_schema(VM) is None
     assert bare.for_type(VM) is None
@@ -350,7 +379,10 @@ def test_for_type_is_self_contained() -> None:
 
         collect({k: v for k, v in schema.items() if k != "definitions"})
         for ref in refs:
-            assert ref.startswith("#/definitions/") and ref.removeprefix("#/definitions/") in schema["definitions"]
+            assert (
+                ref.startswith("#/definitions/")
+                and ref.removeprefix("#/definitions/") in schema["definitions"]
+            )
 
 
 def test_check_field_validation() -> None:
@@ -383,7 +415,11 @@ def test_check_field_validation() -> None:
             "alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
             "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
         ),
-        (NS, "team.a", 'Namespace "team.a" is invalid: metadata.name: Invalid value: "team.a": must not contain dots'),
+        (
+            NS,
+            "team.a",
+            'Namespace "team.a" is invalid: metadata.name: Invalid value: "team.a": must not contain dots',
+        ),
         (
             SVC,
             "1svc",
@@ -392,8 +428,16 @@ def test_check_field_validation() -> None:
             "alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is "
             "'[a-z]([-a-z0-9]*[a-z0-9])?')",
         ),
-        (ROLE, "a/b", "Role.rbac.authorization.k8s.io \"a/b\" is invalid: metadata.name: Invalid value: \"a/b\": may not contain '/'"),
-        (PVC, "", 'PersistentVolumeClaim "" is invalid: metadata.name: Required value: name or generateName is required'),
+        (
+            ROLE,
+            "a/b",
+            'Role.rbac.authorization.k8s.io "a/b" is invalid: metadata.name: Invalid value: "a/b": may not contain \'/\'',
+        ),
+        (
+            PVC,
+            "",
+            'PersistentVolumeClaim "" is invalid: metadata.name: Required value: name or generateName is required',
+        ),
     ],
 )
 def test_validate_name_wording(rt: Any, name: str, message: str) -> None:
