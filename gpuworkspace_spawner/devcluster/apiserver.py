@@ -120,8 +120,8 @@ class ApiServer:
         record.user = user.name
         nonresource = self._nonresource(request, path)
         if nonresource is not None:
-            self._authorize(user, rbac.RequestAttributes(verb="get", path=path))
-            return await nonresource
+            self._authorize(user, rbac.RequestAttributes(verb=request.method.lower(), path=path))
+            return await nonresource()
         route = parse_route(path)
         verb = request_verb(request.method, route, request.query)
         record.verb, record.resource = (
@@ -150,9 +150,13 @@ class ApiServer:
         return await self._resource(request, route, verb)
 
     # ---------------------------------------------------------------- routing
-    def _nonresource(self, request: web.Request, path: str) -> Awaitable[web.StreamResponse] | None:
+    def _nonresource(
+        self, request: web.Request, path: str
+    ) -> Callable[[], Awaitable[web.StreamResponse]] | None:
+        """The handler for a non-resource path, called only once the request is authorized."""
         if path in self.config.extra_handlers:
-            return self.config.extra_handlers[path](request)
+            handler = self.config.extra_handlers[path]
+            return lambda: handler(request)
         if path == "/openapi/v2":
             if self._openapi_v2 is None:
                 self._openapi_v2 = orjson.dumps(openapi.build_openapi_v2(self.verbs.schemas))
@@ -194,12 +198,7 @@ class ApiServer:
             cluster_role_bindings=objs["clusterrolebindings"],
         )
         if not decision.allowed:
-            raise ApiError(
-                403,
-                "Forbidden",
-                rbac.forbidden_message(user, attrs),
-                details={"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource},
-            )
+            raise rbac.forbidden(user, attrs, decision.reason)
 
     # ------------------------------------------------------------- resources
     async def _resource(self, request: web.Request, route: Route, verb: str) -> web.StreamResponse:
@@ -476,8 +475,11 @@ def _respond(body: Any, ctype: str, status: int = 200, headers: dict[str, str] |
     return resp
 
 
-async def _ready(resp: web.StreamResponse) -> web.StreamResponse:
-    return resp
+def _ready(resp: web.StreamResponse) -> Callable[[], Awaitable[web.StreamResponse]]:
+    async def handler() -> web.StreamResponse:
+        return resp
+
+    return handler
 
 
 async def _read_body(request: web.Request) -> tuple[Any, list[str]]:
@@ -494,10 +496,7 @@ async def _read_body(request: web.Request) -> tuple[Any, list[str]]:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     if "yaml" in ctype:
-        try:
-            return yaml.safe_load(raw), []
-        except yaml.YAMLError as exc:
-            raise errors.bad_request(f"error decoding YAML: {exc}") from exc
+        return validation.loads_yaml_checking_duplicates(raw)
     try:
         return validation.loads_checking_duplicates(raw)
     except ValueError as exc:

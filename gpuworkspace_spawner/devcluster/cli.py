@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     up.add_argument("--port", type=int, default=0, help="port to listen on (default: a free port)")
     up.add_argument("--auth", action="store_true", help="require bearer tokens from the written kubeconfigs")
+    up.add_argument("--no-tls", action="store_true", help="serve plain HTTP (kubectl then sends no tokens)")
     up.add_argument("--rbac", action="store_true", help="authorize requests with the stored RBAC objects")
     up.add_argument("--seed", type=int, default=0, help="seed for fault injection (default: %(default)s)")
     up.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
@@ -40,7 +41,13 @@ async def _serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with DevCluster(
-        args.state_dir, host=args.host, port=args.port, auth=args.auth, rbac_enabled=args.rbac, seed=args.seed
+        args.state_dir,
+        host=args.host,
+        port=args.port,
+        auth=args.auth,
+        rbac_enabled=args.rbac,
+        seed=args.seed,
+        tls=not args.no_tls,
     ) as cluster:
         print(f"devcluster: API at {cluster.url}; KUBECONFIG={cluster.kubeconfig}", flush=True)
         await stop.wait()

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import secrets
+import ssl
+import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import orjson
+import trustme
 import yaml
 from aiohttp import web
 
@@ -17,6 +21,7 @@ from .apiserver import ApiServer, ApiServerConfig
 from .controllers import Controllers
 from .errors import ApiError
 from .faults import FaultInjector
+from .podio import LocalDirRuntime, PodIO
 from .resources import find
 from .store import Store
 from .verbs import Verbs
@@ -46,10 +51,14 @@ class DevCluster:
         seed: int = 0,
         bookmark_interval_s: float = 5.0,
         persist: bool = True,
+        tls: bool = False,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.host, self.port = host, port
         self.persist = persist
+        self.tls = tls
+        self._ssl: ssl.SSLContext | None = None
+        self._ca_pem = b""
         self.store = Store(self.state_dir if persist else None)
         self.verbs = Verbs(self.store)
         self.faults = FaultInjector(seed)
@@ -71,6 +80,13 @@ class DevCluster:
         )
         self.api.vm_actions = lambda ns, name, action: run_vm_action(self.verbs, ns, name, action)
         self.controllers = Controllers(self.verbs)
+        pods = find("", "v1", "pods")
+        assert pods is not None
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        if self.state_dir is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="devcluster-")
+        self.pod_runtime = LocalDirRuntime(self.state_dir or Path(self._scratch.name))  # type: ignore[union-attr]
+        self.api.pod_io = PodIO(self.pod_runtime, get_pod=lambda ns, name: self.store.get(pods, ns, name))
         self._runner: web.AppRunner | None = None
 
     # -------------------------------------------------------------- lifecycle
@@ -90,7 +106,9 @@ class DevCluster:
             self.api.app(), handle_signals=False, access_log=None, shutdown_timeout=1.0
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        if self.tls:
+            self._ssl, self._ca_pem = self._server_tls()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, ssl_context=self._ssl)
         await site.start()
         server = site._server
         assert server is not None and server.sockets
@@ -106,10 +124,36 @@ class DevCluster:
             await self._runner.cleanup()
             self._runner = None
         self.store.close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    def _server_tls(self) -> tuple[ssl.SSLContext, bytes]:
+        """A serving certificate from a CA kept under the state dir (clients keep trusting it across restarts)."""
+        ca_cert = self.state_dir / "ca.crt" if self.state_dir is not None else None
+        ca_key = self.state_dir / "ca.key" if self.state_dir is not None else None
+        if ca_cert is not None and ca_key is not None and ca_cert.exists() and ca_key.exists():
+            ca = trustme.CA.from_pem(ca_cert.read_bytes(), ca_key.read_bytes())
+        else:
+            ca = trustme.CA(organization_name="gpuworkspace devcluster")
+            if ca_cert is not None and ca_key is not None:
+                ca.cert_pem.write_to_path(str(ca_cert))
+                ca.private_key_pem.write_to_path(str(ca_key))
+                ca_key.chmod(0o600)
+        leaf = ca.issue_cert(self.host, "localhost", "127.0.0.1", "kubernetes.default.svc")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        leaf.configure_cert(context)
+        return context, ca.cert_pem.bytes()
+
+    def client_ssl_context(self) -> ssl.SSLContext | None:
+        """An SSL context trusting this cluster's CA (None without TLS), for raw HTTP clients in tests."""
+        if not self.tls:
+            return None
+        return ssl.create_default_context(cadata=self._ca_pem.decode())
 
     @property
     def kubeconfig(self) -> Path:
@@ -151,11 +195,17 @@ class DevCluster:
             ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
         )
 
+    def _cluster_entry(self) -> dict[str, str]:
+        entry = {"server": self.url}
+        if self.tls:
+            entry["certificate-authority-data"] = base64.b64encode(self._ca_pem).decode()
+        return entry
+
     def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "devcluster", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "devcluster", "cluster": self._cluster_entry()}],
             "users": [{"name": user, "user": {"token": token}}],
             "contexts": [
                 {

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .resources import RESOURCE_TYPES, ResourceType
 
 if TYPE_CHECKING:
-    from .validation import SchemaSet
+    from .openapi import SchemaSet
 
 Schema = dict[str, Any]
 

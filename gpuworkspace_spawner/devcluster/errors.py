@@ -80,7 +80,8 @@ def conflict(resource: str, name: str, group: str = "") -> ApiError:
 
 def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "") -> ApiError:
     """422 Invalid; each cause is ``{"reason": "FieldValueInvalid", "message": ..., "field": ...}``."""
-    text = "; ".join(f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes)
+    parts = [f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes]
+    text = parts[0] if len(parts) == 1 else f"[{', '.join(parts)}]"  # the apiserver's aggregate format
     qualified = f"{kind}.{group}" if group else kind
     return ApiError(
         422,

@@ -448,6 +448,17 @@ def _v3_schema(node: Any) -> Any:
     return out
 
 
+def _v3_components(defs: dict[str, Schema]) -> dict[str, Schema]:
+    out: dict[str, Schema] = _v3_schema(defs)
+    for name, types in ((_QUANTITY, ("string", "number")), (_INT_OR_STRING, ("integer", "string"))):
+        if name in out:  # v3 publishes these as oneOf (kubectl explain then names them, e.g. <IntOrString>)
+            out[name] = {
+                "description": out[name].get("description", ""),
+                "oneOf": [{"type": t} for t in types],
+            }
+    return out
+
+
 def _v3_param(param: Schema) -> Schema:
     out = {k: v for k, v in param.items() if k not in ("type", "uniqueItems")}
     return out | {"schema": {"type": param["type"], "uniqueItems": True}}
@@ -495,7 +506,7 @@ def _v3(schemas: SchemaSet, gv_path: str) -> dict[str, Any] | None:
         "openapi": "3.0.0",
         "info": _INFO,
         "paths": v3_paths,
-        "components": {"schemas": _v3_schema(defs), "securitySchemes": _BEARER},
+        "components": {"schemas": _v3_components(defs), "securitySchemes": _BEARER},
         "security": [{"BearerToken": []}],
     }
 

@@ -92,6 +92,9 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",)),
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType(
+        "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",)
+    ),
     ResourceType("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, short_names=("sc",)),
     ResourceType(
         "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False, subresources=("status",)

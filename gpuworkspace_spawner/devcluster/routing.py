@@ -66,6 +66,8 @@ def parse_route(path: str) -> Route:
 
 
 def request_verb(method: str, route: Route, query: Any) -> str:
+    if route.subresource == "exec":
+        return "create"  # a websocket exec arrives as GET; Kubernetes authorizes it as create pods/exec
     if method == "GET":
         if route.name is None:
             return "watch" if route.watch_path or query.get("watch") in TRUE else "list"

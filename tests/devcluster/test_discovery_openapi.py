@@ -172,6 +172,9 @@ def test_openapi_v3_explains_pod_containers() -> None:
     container = resolve(doc, containers["items"])
     assert {"name", "image", "resources", "ports"} <= set(container["properties"])
     assert "Container" in json.dumps(containers["items"])
+    # published as oneOf so that kubectl explain names them (<map[string]Quantity>, <IntOrString>)
+    quantity = doc["components"]["schemas"]["io.k8s.apimachinery.pkg.api.resource.Quantity"]
+    assert quantity["oneOf"] == [{"type": "string"}, {"type": "number"}]
 
 
 @needs_shared

@@ -294,7 +294,7 @@ def test_custom_type_and_required_errors_are_invalid() -> None:
         },
     ]
     assert err.message.startswith(
-        'VirtualMachine.kubevirt.io "ws-alice" is invalid: spec.template.spec.domain.cpu'
+        'VirtualMachine.kubevirt.io "ws-alice" is invalid: [spec.template.spec.domain.cpu'
     )
 
 
