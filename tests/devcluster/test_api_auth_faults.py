@@ -398,7 +398,8 @@ def test_kubectl_as_service_account_before_and_after_binding(
     cluster = secure_bg.cluster
     sa_kubeconfig = secure_bg.call(lambda: cluster.service_account_kubeconfig(SA_NS, SA_NAME))
     as_sa = ("--kubeconfig", str(sa_kubeconfig))
-    kubectl("create", "namespace", NS)
+    # apply, not `create namespace`: typed creates send protobuf, which the devcluster refuses (415).
+    kubectl("apply", "-f", "-", input=f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")
 
     denied = kubectl(*as_sa, "get", "pods", "-n", NS, check=False)
     assert denied.returncode != 0

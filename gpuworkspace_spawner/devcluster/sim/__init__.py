@@ -1,0 +1,1 @@
+"""Simulated cluster components (scheduler, kubelet, CSI, CDI, KubeVirt, DCGM) over the API emulator."""
