@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import functools
 import random
 import uuid
 from datetime import UTC, datetime
@@ -330,7 +331,7 @@ class Verbs:
                     "UnsupportedMediaType",
                     f"strategic merge patch is not supported for {rt.kind}.{rt.group}",
                 )
-            schema = patching.schema_for_gvk(patching.load_core_definitions(), rt.group, rt.version, rt.kind)
+            schema = _patch_schema(rt)
             new = patching.apply_strategic_merge_patch(old, patch, schema)
         elif ctype == "application/apply-patch+yaml":
             new = patching.apply_merge_patch(old, patch)
@@ -491,6 +492,11 @@ class Verbs:
             if ann.get("storageclass.kubernetes.io/is-default-class") == "true":
                 return str(sc["metadata"]["name"])
         return None
+
+
+@functools.lru_cache(maxsize=64)
+def _patch_schema(rt: ResourceType) -> patching.SchemaLookup | None:
+    return patching.schema_for_gvk(patching.load_core_definitions(), rt.group, rt.version, rt.kind)
 
 
 def _propagation_policy(options: dict[str, Any]) -> str | None:
