@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import secrets
 import ssl
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,6 +34,20 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 ADMIN_PATH = "/_devcluster"
 
 
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How a DevCluster serves; pass as ``options=`` or as keyword overrides."""
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port
+    auth: bool = False  # require bearer tokens from the kubeconfigs this cluster writes
+    rbac_enabled: bool = False  # authorize with the stored RBAC objects (implies auth)
+    seed: int = 0  # fault injection seed
+    bookmark_interval_s: float = 5.0
+    persist: bool = True  # keep objects under the state dir (like etcd)
+    tls: bool = False  # serve HTTPS with a CA kept in the state dir (kubectl sends tokens only over TLS)
+
+
 class DevCluster:
     """A local Kubernetes API server.
 
@@ -41,22 +57,15 @@ class DevCluster:
     """
 
     def __init__(
-        self,
-        state_dir: Path | str | None = None,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        auth: bool = False,
-        rbac_enabled: bool = False,
-        seed: int = 0,
-        bookmark_interval_s: float = 5.0,
-        persist: bool = True,
-        tls: bool = False,
+        self, state_dir: Path | str | None = None, options: ClusterOptions | None = None, **overrides: Any
     ) -> None:
+        opts = dataclasses.replace(options or ClusterOptions(), **overrides)
+        self.options = opts
         self.state_dir = Path(state_dir) if state_dir is not None else None
-        self.host, self.port = host, port
-        self.persist = persist
-        self.tls = tls
+        self.host, self.port = opts.host, opts.port
+        self.persist, self.tls = opts.persist, opts.tls
+        persist, seed, auth, rbac_enabled = opts.persist, opts.seed, opts.auth, opts.rbac_enabled
+        bookmark_interval_s = opts.bookmark_interval_s
         self._ssl: ssl.SSLContext | None = None
         self._ca_pem = b""
         self.store = Store(self.state_dir if persist else None)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import json
 import shutil
 import time
@@ -341,16 +340,14 @@ async def test_forbidden_names_a_missing_role(admin: client.ApiClient, hub: clie
 
 # ---------------------------------------------------------- RBAC + kubectl
 # client-go (kubectl) sends kubeconfig credentials only over TLS, so this needs DevCluster(tls=True).
-TLS_SUPPORTED = "tls" in inspect.signature(DevCluster.__init__).parameters
 
 
 @pytest.fixture
 def secure_bg(tmp_path: Path) -> Iterator[BackgroundCluster]:
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed on this machine")
-    tls = {"tls": True} if TLS_SUPPORTED else {}
     with BackgroundCluster(
-        tmp_path / "state", auth=True, rbac_enabled=True, bookmark_interval_s=0.5, **tls
+        tmp_path / "state", auth=True, rbac_enabled=True, bookmark_interval_s=0.5, tls=True
     ) as bg:
         yield bg
 
@@ -383,13 +380,6 @@ subjects:
 
 
 @pytest.mark.kubectl
-@pytest.mark.xfail(
-    not TLS_SUPPORTED,
-    reason="emulator limitation: DevCluster serves plain http, and client-go (kubectl) only sends "
-    "kubeconfig/--token credentials over TLS, so every kubectl request is 401 with auth=True",
-    raises=AssertionError,
-    strict=True,
-)
 def test_kubectl_as_service_account_before_and_after_binding(
     secure_bg: BackgroundCluster, tmp_path: Path
 ) -> None:
