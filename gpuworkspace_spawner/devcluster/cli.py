@@ -29,6 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=0, help="port to listen on (default: a free port)")
     up.add_argument("--auth", action="store_true", help="require bearer tokens from the written kubeconfigs")
     up.add_argument("--no-tls", action="store_true", help="serve plain HTTP (kubectl then sends no tokens)")
+    up.add_argument(
+        "--no-sim", action="store_true", help="serve the API only: no nodes, scheduler or kubelets"
+    )
+    up.add_argument("--topology", default=None, help="topology YAML (default: the built-in GPU cluster)")
     up.add_argument("--rbac", action="store_true", help="authorize requests with the stored RBAC objects")
     up.add_argument("--seed", type=int, default=0, help="seed for fault injection (default: %(default)s)")
     up.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
@@ -48,6 +52,8 @@ async def _serve(args: argparse.Namespace) -> None:
         rbac_enabled=args.rbac,
         seed=args.seed,
         tls=not args.no_tls,
+        simulate=not args.no_sim,
+        topology=args.topology,
     ) as cluster:
         print(f"devcluster: API at {cluster.url}; KUBECONFIG={cluster.kubeconfig}", flush=True)
         await stop.wait()

@@ -25,6 +25,7 @@ from .errors import ApiError
 from .faults import FaultInjector
 from .podio import LocalDirRuntime, PodIO
 from .resources import find
+from .sim.simulation import Simulation
 from .store import Store
 from .verbs import Verbs
 from .vmactions import run_vm_action
@@ -46,6 +47,8 @@ class ClusterOptions:
     bookmark_interval_s: float = 5.0
     persist: bool = True  # keep objects under the state dir (like etcd)
     tls: bool = False  # serve HTTPS with a CA kept in the state dir (kubectl sends tokens only over TLS)
+    simulate: bool = False  # run the simulated cluster (nodes, scheduler, kubelets, CSI, CDI, KubeVirt, DCGM)
+    topology: str | None = None  # topology YAML for the simulation (default: sim/topology.yaml)
 
 
 class DevCluster:
@@ -97,6 +100,7 @@ class DevCluster:
         self.pod_runtime = LocalDirRuntime(self.state_dir or Path(self._scratch.name))  # type: ignore[union-attr]
         self.api.pod_io = PodIO(self.pod_runtime, get_pod=lambda ns, name: self.store.get(pods, ns, name))
         self._runner: web.AppRunner | None = None
+        self.simulation: Simulation | None = None
 
     # -------------------------------------------------------------- lifecycle
     async def __aenter__(self) -> DevCluster:
@@ -122,11 +126,18 @@ class DevCluster:
         server = site._server
         assert server is not None and server.sockets
         self.port = server.sockets[0].getsockname()[1]
+        if self.options.simulate:
+            self.simulation = Simulation(self, self.options.topology)
+            await self.simulation.start()
+        # Written last: a kubeconfig on disk means the cluster is ready to use.
         if self.state_dir is not None:
             self.write_kubeconfig(self.state_dir / "kubeconfig", "admin", self.admin_token)
         log.info("devcluster API serving at %s", self.url)
 
     async def stop(self) -> None:
+        if self.simulation is not None:
+            await self.simulation.stop()
+            self.simulation = None
         self.store.close_all_watches()
         await self.controllers.stop()
         if self._runner is not None:
