@@ -158,6 +158,13 @@ class ApiServer:
             handler = self.config.extra_handlers[path]
             return lambda: handler(request)
         if path == "/openapi/v2":
+            accept = request.headers.get("Accept", "")
+            if accept and "json" not in accept and "*/*" not in accept:
+                # kubectl asks for the protobuf form only; a 406 makes it fall back, as with any server
+                # that does not serve protobuf.
+                raise ApiError(
+                    406, "NotAcceptable", "only the following media types are accepted: application/json"
+                )
             if self._openapi_v2 is None:
                 self._openapi_v2 = orjson.dumps(openapi.build_openapi_v2(self.verbs.schemas))
             return _ready(web.Response(body=self._openapi_v2, content_type=JSON))
