@@ -8,7 +8,10 @@ plus fault knobs the other components read (``ctx.components["faults"]``, a :cla
 - :func:`add_out_of_service_taint`: ``node.kubernetes.io/out-of-service=nodeshutdown:NoExecute``. Taint
   eviction deletes the pods that do not tolerate it; on a node that is not Ready the pod GC controller
   then marks them Failed and force-deletes them (the attach/detach controller, in ``sim.csi``, detaches
-  their volumes because the taint is present).
+  their volumes because the taint is present). :class:`OutOfServiceController` does the same for a taint
+  added by any client (``kubectl taint node X node.kubernetes.io/out-of-service=nodeshutdown:NoExecute``).
+- :func:`refresh_fenced_nodes` (NetworkFence): a node that becomes fenced has its pods' processes killed
+  (:func:`stop_fenced_processes`), as a blocklisted RBD client's I/O fails; restartPolicy still applies.
 - :class:`SimFaults`: slow image pulls by image prefix, slow volume operations, the Ceph blocklist
   (NetworkFence), unreachable nodes and XID errors; components ``subscribe`` to be told of changes.
 
@@ -29,7 +32,7 @@ from typing import Any
 from ..store import Obj
 from ..verbs import clone, now_rfc3339
 from . import csi
-from .base import rt_of
+from .base import Key, SimController, rt_of
 from .context import SimContext
 from .events import record_event
 from .topology import ready_conditions
@@ -185,9 +188,20 @@ def refresh_fenced_nodes(ctx: SimContext) -> set[str]:
         if blocklisted(node_ip(n), faults.blocklist)
     }
     if fenced != faults.fenced_nodes:
+        newly = fenced - faults.fenced_nodes
         faults.fenced_nodes = fenced
         faults.changed()
+        for node in sorted(newly):
+            stop_fenced_processes(ctx, node)
     return fenced
+
+
+def stop_fenced_processes(ctx: SimContext, node: str) -> int:
+    """A blocklisted node's RBD/CephFS I/O fails, so its pods' processes die (SIGKILL to every container the
+    node's kubelet runs, also the pods already force-deleted from the API); returns how many were signalled."""
+    kubelet = _kubelet(ctx, node)
+    workers = getattr(kubelet, "workers", None) or {}
+    return sum(int(kubelet.kill_pod(ns, name, signal.SIGKILL)) for ns, name in list(workers))
 
 
 def pods_on(ctx: SimContext, node: str) -> list[Obj]:
@@ -417,6 +431,25 @@ def gc_out_of_service(ctx: SimContext, node: str) -> list[str]:
         if ctx.verbs.store.get(PODS, ns, name) is None:
             removed.append(f"{ns}/{name}")
     return removed
+
+
+class OutOfServiceController(SimController):
+    """Taint eviction and pod GC for ``node.kubernetes.io/out-of-service`` however the taint got there
+    (``kubectl taint``, a client, the control API): :func:`add_out_of_service_taint` on every change of a
+    node that carries it (idempotent: pods already terminating are only force-deleted once it is not Ready)."""
+
+    name = "out-of-service"
+    watches = (NODES.key,)
+
+    def __init__(self, ctx: SimContext) -> None:
+        super().__init__(ctx.verbs)
+        self.ctx = ctx
+
+    async def reconcile(self, target: Key) -> None:
+        node = self.get(target)
+        taints = ((node or {}).get("spec") or {}).get("taints") or []
+        if any(t.get("key") == OUT_OF_SERVICE and t.get("effect") == "NoExecute" for t in taints):
+            add_out_of_service_taint(self.ctx, target[2])
 
 
 def clear_out_of_service_taint(ctx: SimContext, node: str) -> Obj:

@@ -55,7 +55,7 @@ class MountTable:
     mounts: dict[str, Path] = field(default_factory=dict)  # container path → host path
 
     def to_host(self, path: str) -> Path:
-        path = posixpath.normpath("/" + path)
+        path = posixpath.normpath("/" + path.lstrip("/"))  # not "//x": POSIX keeps a leading "//"
         best = ""
         for mount in self.mounts:
             if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) > len(best):
@@ -184,7 +184,7 @@ class PodVolumes:
                 host = host / sub.lstrip("/")
                 if not host.exists():
                     host.mkdir(parents=True, exist_ok=True)
-            table[posixpath.normpath("/" + vm["mountPath"])] = host
+            table[posixpath.normpath("/" + vm["mountPath"].lstrip("/"))] = host
         return MountTable(root, table)
 
     def cleanup(self, pod: Obj) -> None:

@@ -19,6 +19,7 @@ from .csi import CsiController
 from .csi_attach import AttachController
 from .csi_resize import ResizeController
 from .devices import DeviceManager
+from .failures import OutOfServiceController
 from .kubelet import Kubelet, KubeletConfig, KubeletRuntime
 from .kubevirt import KubeVirtController
 from .netfence import NetworkFenceController
@@ -70,6 +71,7 @@ class Simulation:
             Scheduler(ctx),
             KubeVirtController(ctx),
             NetworkFenceController(ctx),
+            OutOfServiceController(ctx),
         ]
         self.components += [
             Kubelet(

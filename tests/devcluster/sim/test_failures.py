@@ -19,6 +19,7 @@ from gpuworkspace_spawner.devcluster.sim.context import SimContext
 from gpuworkspace_spawner.devcluster.sim.control import control_handlers
 from gpuworkspace_spawner.devcluster.sim.failures import (
     FaultError,
+    OutOfServiceController,
     SimFaults,
     add_out_of_service_taint,
     clear_out_of_service_taint,
@@ -27,6 +28,7 @@ from gpuworkspace_spawner.devcluster.sim.failures import (
     kill_pod_process,
     node_not_ready,
     node_recover,
+    refresh_fenced_nodes,
     slow_image_pull,
 )
 from gpuworkspace_spawner.devcluster.sim.netfence import NetworkFenceController, is_fenced
@@ -218,6 +220,37 @@ async def test_out_of_service_on_a_ready_node_only_evicts(cluster: DevCluster, c
     )
     node_not_ready(ctx, "gpu-node-b")  # ... unless it goes away: then the pod GC force-deletes
     assert cluster.store.get(PODS, NS, "jupyter-alice") is None
+
+
+async def test_out_of_service_taint_from_a_client_evicts_too(cluster: DevCluster, ctx: SimContext) -> None:
+    """``kubectl taint node X node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`` works like the control API."""
+    ctl = OutOfServiceController(ctx)
+    await ctl.start()
+    try:
+        running_pod(cluster, "jupyter-alice")
+        node_not_ready(ctx, "gpu-node-a")
+        taints = cluster.store.get(NODES, "", "gpu-node-a")["spec"]["taints"]
+        taint = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+        cluster.verbs.patch(NODES, "", "gpu-node-a", {"spec": {"taints": [*taints, taint]}}, MERGE)
+        await eventually(lambda: cluster.store.get(PODS, NS, "jupyter-alice") is None)
+        assert [e["message"] for e in events(cluster, "TaintManagerEviction")] == [
+            "Marking for deletion Pod default/jupyter-alice"
+        ]
+    finally:
+        await ctl.stop()
+
+
+async def test_fencing_a_node_kills_its_processes_once(cluster: DevCluster, ctx: SimContext) -> None:
+    """A blocklisted node's pods die, even those already force-deleted from the API."""
+    killed: list[tuple[str, str, int]] = []
+    kubelet = ctx.components["kubelet:gpu-node-a"]
+    kubelet.workers = {(NS, "orphan"): object()}
+    kubelet.kill_pod = lambda ns, name, sig: killed.append((ns, name, sig)) or 1
+    faults_of(ctx).blocklist.add("127.10.0.1/32")
+    assert refresh_fenced_nodes(ctx) == {"gpu-node-a"}
+    assert killed == [(NS, "orphan", signal.SIGKILL)]
+    refresh_fenced_nodes(ctx)
+    assert len(killed) == 1  # only on becoming fenced
 
 
 # ---------------------------------------------------------------------------------- NetworkFence

@@ -7,6 +7,7 @@ by setting ``spec.nodeName`` at creation. Checks are eventual (polling with a de
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import time
@@ -26,8 +27,9 @@ from gpuworkspace_spawner.devcluster.sim.base import rt_of
 from gpuworkspace_spawner.devcluster.sim.context import SimContext
 from gpuworkspace_spawner.devcluster.sim.kubelet import Kubelet, KubeletConfig, KubeletRuntime
 from gpuworkspace_spawner.devcluster.sim.podstatus import go_duration
-from gpuworkspace_spawner.devcluster.sim.podvolumes import attachment_name
+from gpuworkspace_spawner.devcluster.sim.podvolumes import PodVolumes, attachment_name
 from gpuworkspace_spawner.devcluster.sim.procs import MARKER
+from gpuworkspace_spawner.devcluster.store import Store
 
 Obj = dict[str, Any]
 PODS, NODES, EVENTS = rt_of("", "pods"), rt_of("", "nodes"), rt_of("", "events")
@@ -642,3 +644,19 @@ async def test_init_containers_then_liveness_failure_restarts(sim: Sim) -> None:
     events = sim.events("staged")
     assert ("Killing", "Container main failed liveness probe, will be restarted") in events
     assert ("Unhealthy", "Liveness probe failed: ") in events
+
+
+def test_mount_table_keys_are_the_container_paths(tmp_path: Path) -> None:
+    """GPUWORKSPACE_MOUNTS keys are plain absolute paths ("/x", never POSIX normpath's "//x")."""
+    vols = PodVolumes(Store(None), tmp_path, "gpu-node-a", lambda handle: tmp_path / handle)
+    pod = {"metadata": {"namespace": "ns", "name": "p"}}
+    mounts = [{"name": "disk", "mountPath": "/var/run/disk"}, {"name": "home", "mountPath": "home/jovyan/"}]
+    dirs = {"disk": tmp_path / "d", "home": tmp_path / "h"}
+    table = vols.mounts(pod, {"name": "c", "volumeMounts": mounts}, dirs, {})
+    assert json.loads(table.as_env()) == {
+        "/var/run/disk": str(tmp_path / "d"),
+        "/home/jovyan": str(tmp_path / "h"),
+    }
+    assert table.to_host("/var/run/disk/x") == tmp_path / "d" / "x"
+    assert table.to_host("//home/jovyan") == tmp_path / "h"
+    assert table.to_host("etc/passwd") == tmp_path / "pods" / "ns" / "p" / "c" / "root" / "etc" / "passwd"
