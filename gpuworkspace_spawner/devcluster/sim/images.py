@@ -11,7 +11,8 @@ home, env) and how the command maps to a host executable:
 - ``python:*`` runs this interpreter for ``python``/``python3``;
 - ``busybox``/``alpine``/``ubuntu``/``debian`` run ``/bin/sh`` (``/bin/bash``) for shell commands;
 - ``gpuworkspace.dev/lite-singleuser:*`` runs ``python -m ...sim.lite_server`` for ``jupyterhub-singleuser``:
-  one small process answering like the single-user server, for scale tests;
+  one small process answering like the single-user server, for scale tests (the kubelet serves these
+  launches as listeners in one shared process per node, ``sim/lite_pool.py``);
 - anything else does not exist: pulling it fails like a registry's "not found".
 
 Jupyter servers are told to bind the pod IP (``--ip``, ``JUPYTERHUB_SERVICE_URL``'s host; KubeSpawner

@@ -43,6 +43,7 @@ from . import csi, podenv
 from .base import Key, SimController, rt_of
 from .context import SimContext
 from .events import record_event
+from .lite_pool import LitePool
 from .podlaunch import HostInfo
 from .podvolumes import PodVolumes
 from .podworker import PodWorker
@@ -78,6 +79,7 @@ class KubeletConfig:
     volume_retry_s: float = 2.0  # retry of a volume or container config that is not ready
     mount_timeout_s: float = 120.0  # then a FailedMount "timed out waiting for the condition"
     register_node: bool = False  # create a minimal Node when none exists (the topology usually does)
+    lite_pool: bool = True  # lite-singleuser servers share one process per node (sim/lite_pool.py)
 
 
 def micro_time() -> str:
@@ -114,6 +116,8 @@ class Kubelet(SimController):
         self.host = HostInfo(sys.executable, _bin_dir(), os.geteuid() == 0, os.path.exists)
         self.isolated = False
         self.workers: dict[tuple[str, str], PodWorker] = {}
+        log_path = ctx.path("sim", f"lite-pool-{node_name}.log")
+        self.lite_pool = LitePool(sys.executable, node_name, log_path) if self.config.lite_pool else None
         self._register = register
         self._state_file = ctx.path("sim", f"kubelet-{node_name}.json")
         self._ips: dict[str, str] = {}
@@ -160,6 +164,8 @@ class Kubelet(SimController):
         await asyncio.gather(
             *(w.task for w in workers), *(t for w in workers for t in w.tasks), return_exceptions=True
         )
+        if self.lite_pool is not None:
+            self.lite_pool.close()
         self._save_state()
 
     def keys_for(self, key: TypeKey, obj: Obj, old: Obj | None) -> Iterable[Key]:

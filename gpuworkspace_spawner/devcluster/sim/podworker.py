@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -24,6 +25,7 @@ from ..store import Obj
 from . import images, podenv, podlaunch, probes
 from .devices import is_device_resource
 from .imagepull import ImagePuller
+from .lite_pool import LiteContainer, is_lite
 from .podstatus import (
     ContainerRun,
     go_duration,
@@ -348,7 +350,9 @@ class PodWorker:
             for m in c.get("volumeMounts") or []
         ]
         self.k.record(pod, "Normal", "Created", f"Created container: {c['name']}")
-        proc = ContainerProcess(
+        pool = getattr(self.k, "lite_pool", None)  # lite servers: a listener in the node's shared process
+        lite = pool is not None and is_lite(plan.argv)
+        proc = (functools.partial(LiteContainer, pool) if lite else ContainerProcess)(
             plan.argv,
             plan.env,
             plan.cwd,

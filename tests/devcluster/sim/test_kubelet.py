@@ -391,6 +391,55 @@ async def test_lite_singleuser_image_answers_like_a_single_user_server(sim: Sim)
                 assert (await resp.json())["kernels"] == 0
 
 
+async def test_lite_pods_share_one_process_yet_run_log_die_and_stop_one_by_one(sim: Sim) -> None:
+    names = ("lite-a", "lite-b", "lite-c")
+    for name in names:
+        container = {
+            "name": "notebook",
+            "image": "gpuworkspace.dev/lite-singleuser:1",
+            "args": ["jupyterhub-singleuser", "--base-url=/user/bob/"],
+            "ports": [{"containerPort": 8888}],
+        }
+        sim.create_pod(name, [container], terminationGracePeriodSeconds=5)
+    await eventually(lambda: all(sim.condition(n, "Ready") == "True" for n in names), what="Ready")
+    pids = {n: sim.kubelet.container_pids("default", n) for n in names}
+    pool = sim.kubelet.lite_pool
+    assert pool is not None and pool.pid
+    assert all(p == {"notebook": pool.pid} for p in pids.values())  # one host process serves all three
+    ids = {sim.status(n)["containerID"] for n in names}
+    assert len(ids) == 3 and all(i.startswith("containerd://") for i in ids)
+    ips = {n: sim.pod(n)["status"]["podIP"] for n in names}  # type: ignore[index]
+    for name in names:
+        log = sim.cluster.pod_runtime.log_file("default", name, "notebook").read_text()
+        assert f"serving at http://{ips[name]}:8888/user/bob/" in log
+        status, text = await http_get(f"http://{ips[name]}:8888/user/bob/api")
+        assert status == 200 and '"version"' in text
+
+    assert sim.kubelet.kill_pod("default", "lite-a", 9) == 1  # only lite-a's listener dies
+    await eventually(
+        lambda: sim.status("lite-a")["restartCount"] == 1 and sim.condition("lite-a", "Ready") == "True",
+        what="lite-a restarted",
+    )
+    assert sim.status("lite-a")["lastState"]["terminated"]["exitCode"] == 137
+    assert (await http_get(f"http://{ips['lite-b']}:8888/user/bob/api"))[0] == 200
+
+    sim.verbs.delete(PODS, "default", "lite-b", {})  # SIGTERM: the stop line, exit 0, listener closed
+    await eventually(lambda: sim.pod("lite-b") is None, what="lite-b gone")
+    with pytest.raises(aiohttp.ClientConnectionError):
+        await http_get(f"http://{ips['lite-b']}:8888/user/bob/api")
+    assert (await http_get(f"http://{ips['lite-c']}:8888/user/bob/api"))[0] == 200
+    assert sim.kubelet.container_pids("default", "lite-c") == {"notebook": pool.pid}
+
+    old_pid = pool.pid
+    os.kill(old_pid, 9)  # the shared process dies: its containers exit as killed and restart in a new one
+    await eventually(
+        lambda: sim.status("lite-c")["restartCount"] == 1 and sim.condition("lite-c", "Ready") == "True",
+        what="lite-c restarted in a new pool process",
+    )
+    assert sim.kubelet.container_pids("default", "lite-c") == {"notebook": pool.pid} and pool.pid != old_pid
+    assert (await http_get(f"http://{ips['lite-c']}:8888/user/bob/api"))[0] == 200
+
+
 async def test_unknown_image_err_image_pull_then_back_off(sim: Sim) -> None:
     image = "registry.example.com/nope/missing:1"
     seen: list[str] = []
