@@ -17,6 +17,7 @@ import yaml
 from aiohttp import web
 
 from . import crds, errors, openapi, rbac, tables, validation
+from .binding import bind_pod
 from .errors import ApiError
 from .faults import FaultInjector
 from .resources import (
@@ -388,35 +389,14 @@ class ApiServer:
         )
 
     def _bind(self, pod: Obj, binding: Obj) -> Obj:
-        meta = pod["metadata"]
         target = (binding.get("target") or {}).get("name")
         if not target:
             raise errors.invalid(
                 "Binding",
-                meta["name"],
+                pod["metadata"]["name"],
                 [{"reason": "FieldValueRequired", "field": "target.name", "message": "Required value"}],
             )
-        if pod.get("spec", {}).get("nodeName"):
-            raise ApiError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on pods/binding "{meta["name"]}": pod '
-                f'{meta["name"]} is already assigned to node "{pod["spec"]["nodeName"]}"',
-            )
-        rt = find("", "v1", "pods")
-        assert rt is not None
-        bound = dict(pod)
-        bound["spec"] = {**pod["spec"], "nodeName": target}
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        conds = [
-            c for c in (pod.get("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"
-        ]
-        conds.append(
-            {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
-        )
-        bound["status"] = {**pod.get("status", {}), "conditions": conds}
-        # Binding writes spec.nodeName, which a normal update forbids: go to the store directly.
-        self.store.put(rt, bound)
+        bind_pod(self.verbs, pod, target, uid=(binding.get("metadata") or {}).get("uid"))
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _object(

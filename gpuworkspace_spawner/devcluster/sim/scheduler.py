@@ -16,10 +16,10 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+from ..binding import bind_pod
 from ..store import Obj, TypeKey
 from ..verbs import clone, now_rfc3339
 from .base import Key, SimController, rt_of
-from .binding import bind_pod
 from .context import SimContext
 from .events import record_event
 from .placement import (

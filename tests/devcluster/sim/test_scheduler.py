@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from gpuworkspace_spawner.devcluster.binding import bind_pod
 from gpuworkspace_spawner.devcluster.cluster import DevCluster
 from gpuworkspace_spawner.devcluster.errors import ApiError
 from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.binding import bind_pod
 from gpuworkspace_spawner.devcluster.sim.context import SimContext
 from gpuworkspace_spawner.devcluster.sim.placement import pod_requests, tolerates
 from gpuworkspace_spawner.devcluster.sim.scheduler import ClaimState, Scheduler, decide_placement

@@ -6,10 +6,10 @@ condition in one write, as the real registry's ``assignPod`` does.
 
 from __future__ import annotations
 
-from ..errors import ApiError
-from ..resources import find
-from ..store import Obj
-from ..verbs import Verbs, now_rfc3339
+from .errors import ApiError
+from .resources import find
+from .store import Obj
+from .verbs import Verbs, now_rfc3339
 
 PODS = find("", "v1", "pods")
 
