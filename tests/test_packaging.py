@@ -44,6 +44,21 @@ def test_console_script_is_declared() -> None:
         if ep.group == "console_scripts"
     }
     assert scripts["gpuworkspace-devcluster"] == "gpuworkspace_spawner.devcluster.cli:main"
+    assert scripts["gpuworkspace-reclaimer"] == "gpuworkspace_spawner.services.reclaimer:main"
+
+
+def test_spawner_entry_point_and_public_surface() -> None:
+    """`c.JupyterHub.spawner_class = "gpuworkspace"` works, and the façade exports exactly this."""
+    import gpuworkspace_spawner
+    from gpuworkspace_spawner.spawner import GPUWorkspaceSpawner
+
+    (ep,) = [e for e in importlib.metadata.entry_points(group="jupyterhub.spawners") if e.name == "gpuworkspace"]
+    assert ep.load() is GPUWorkspaceSpawner
+    assert sorted(gpuworkspace_spawner.__all__) == ["GPUWorkspaceSpawner", "load_catalog_or_exit"]
+    assert gpuworkspace_spawner.GPUWorkspaceSpawner is GPUWorkspaceSpawner
+    ours = {"catalog_path", "retention_days", "unschedulable_timeout", "attach_failure_timeout", "audit_events"}
+    for name in ours:  # every option is documented where JupyterHub users look: --help-all and the docs
+        assert GPUWorkspaceSpawner.class_traits()[name].help.strip()
 
 
 def test_metadata() -> None:
@@ -52,7 +67,7 @@ def test_metadata() -> None:
     assert {"devcluster", "test", "docs", "lint"} <= set(meta.get_all("Provides-Extra") or [])
     requires = " ".join(importlib.metadata.requires(DIST) or [])
     assert "jupyterhub-kubespawner" in requires
-    assert "jupyterhub<7,>=5" in requires or "jupyterhub>=5,<7" in requires
+    assert "jupyterhub<7,>=5.3" in requires or "jupyterhub>=5.3,<7" in requires
 
 
 def test_license_is_bsd_3_clause() -> None:

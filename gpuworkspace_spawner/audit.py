@@ -1,0 +1,95 @@
+"""Audit records: one per workspace transition, as a JSON log line and a Kubernetes Event.
+
+Building the record and the Event is pure (:func:`build_audit_event`); the spawner and the reclaimer
+send the Event through the k8s gateway and log the record with :func:`log_audit`.
+The log line goes to the ``gpuworkspace.audit`` logger as one JSON object, so a log pipeline can
+index it without parsing prose.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+AUDIT_LOGGER = "gpuworkspace.audit"
+COMPONENT = "gpuworkspace-spawner"
+
+Action = Literal[
+    "disk-created",
+    "disk-adopted",
+    "disk-retained",
+    "disk-reclaimed",
+    "disk-refused",
+    "workspace-starting",
+    "workspace-started",
+    "workspace-start-failed",
+    "workspace-stopped",
+    "workspace-rejected",
+    "duplicate-pod-removed",
+]
+
+# Event reasons are CamelCase, like the kubelet's.
+_REASONS: dict[str, str] = {
+    "disk-created": "WorkspaceDiskCreated",
+    "disk-adopted": "WorkspaceDiskAdopted",
+    "disk-retained": "WorkspaceDiskRetained",
+    "disk-reclaimed": "WorkspaceDiskReclaimed",
+    "disk-refused": "WorkspaceDiskRefused",
+    "workspace-starting": "WorkspaceStarting",
+    "workspace-started": "WorkspaceStarted",
+    "workspace-start-failed": "WorkspaceStartFailed",
+    "workspace-stopped": "WorkspaceStopped",
+    "workspace-rejected": "WorkspaceRejected",
+    "duplicate-pod-removed": "WorkspaceDuplicateRemoved",
+}
+_WARNINGS = {"disk-refused", "workspace-start-failed", "workspace-rejected", "duplicate-pod-removed"}
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    action: Action
+    user: str
+    server: str
+    namespace: str
+    kind: str  # the object the transition is about: PersistentVolumeClaim, Pod
+    name: str
+    message: str
+    profile: str = ""
+    catalog_version: str = ""
+    uid: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def build_audit_event(record: AuditRecord, *, now: datetime, instance: str) -> dict[str, Any]:
+    """A core/v1 Event on the record's object (``kubectl describe pvc`` shows it)."""
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    involved = {"apiVersion": "v1", "kind": record.kind, "name": record.name, "namespace": record.namespace}
+    if record.uid:
+        involved["uid"] = record.uid
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{record.name}.", "namespace": record.namespace},
+        "involvedObject": involved,
+        "reason": _REASONS[record.action],
+        "message": record.message[:1024],
+        "type": "Warning" if record.action in _WARNINGS else "Normal",
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": instance,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def audit_line(record: AuditRecord, *, now: datetime) -> str:
+    body = {"ts": now.astimezone(UTC).isoformat(), "audit": True, **asdict(record)}
+    return json.dumps(body, sort_keys=True, default=str)
+
+
+def log_audit(record: AuditRecord, *, now: datetime) -> None:
+    logging.getLogger(AUDIT_LOGGER).info("%s", audit_line(record, now=now))

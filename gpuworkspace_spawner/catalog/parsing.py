@@ -1,0 +1,156 @@
+"""YAML text → plain JSON-like documents, with every problem located by file, line or field.
+
+PyYAML's safe loader, with three changes: timestamps stay strings (``2026-12-01`` is a version, not a
+date), duplicate keys are errors instead of silently keeping the last one, and each document is
+copied into plain dicts/lists/scalars under a size budget (aliases cannot blow up into millions of
+nodes; recursive aliases are refused).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from .errors import CatalogProblem
+from .files import CatalogFile
+
+MAX_NODES = 100_000  # per file, after expanding aliases
+MAX_DEPTH = 40
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader without implicit timestamps and with duplicate keys refused."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key_node.value!r}",
+                        key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _timestamp_as_text(loader: _Loader, node: yaml.Node) -> str:
+    """An explicit ``!!timestamp`` stays text as well."""
+    if not isinstance(node, yaml.ScalarNode):
+        raise yaml.constructor.ConstructorError(None, None, "a timestamp must be a scalar", node.start_mark)
+    return str(loader.construct_scalar(node))
+
+
+_Loader.add_constructor(_TIMESTAMP_TAG, _timestamp_as_text)
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+@dataclass(frozen=True)
+class Document:
+    file: str
+    index: int  # position in the file, from 0
+    body: dict[str, Any]
+
+
+def format_path(path: tuple[str | int, ...] | list[str | int]) -> str:
+    """``("spec", "storage", "teamDirectories", 0, "name")`` → ``spec.storage.teamDirectories[0].name``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.nodes = 0
+
+
+class _Unsupported(Exception):
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def _plain(value: object, path: tuple[str | int, ...], budget: _Budget, active: set[int]) -> Any:
+    """A deep copy made of dict/list/str/int/float/bool/None, or _Unsupported naming the place."""
+    budget.nodes += 1
+    if budget.nodes > MAX_NODES:
+        raise _Unsupported(path, f"more than {MAX_NODES} values (after expanding YAML aliases)")
+    if len(path) > MAX_DEPTH:
+        raise _Unsupported(path, f"nested more than {MAX_DEPTH} levels deep")
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if not isinstance(value, dict | list):
+        raise _Unsupported(path, f"a YAML {type(value).__name__} value is not allowed here")
+    if id(value) in active:
+        raise _Unsupported(path, "a recursive YAML alias is not allowed")
+    active.add(id(value))
+    try:
+        if isinstance(value, list):
+            return [_plain(item, (*path, index), budget, active) for index, item in enumerate(value)]
+        copy: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _Unsupported(path, f"the key {key!r} is not a string; quote it")
+            copy[key] = _plain(item, (*path, key), budget, active)
+        return copy
+    finally:
+        active.discard(id(value))
+
+
+def _yaml_problem(file: str, exc: yaml.YAMLError) -> CatalogProblem:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}"
+        what = " ".join(part for part in (exc.context, exc.problem) if part)
+        return CatalogProblem(file, None, "", f"not valid YAML: {where}: {what}")
+    return CatalogProblem(file, None, "", f"not valid YAML: {exc}")
+
+
+def _profile_name(body: dict[str, Any]) -> str | None:
+    metadata = body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def parse_documents(file: CatalogFile, problems: list[CatalogProblem]) -> list[Document]:
+    """The file's non-empty YAML documents; appends a problem (and returns none) when it does not parse."""
+    try:
+        raw = list(yaml.load_all(file.text, Loader=_Loader))  # _Loader is a SafeLoader
+    except yaml.YAMLError as exc:
+        problems.append(_yaml_problem(file.name, exc))
+        return []
+    except Exception as exc:  # PyYAML's constructors raise assorted errors on odd input (!!int, !!float, ...)
+        problems.append(CatalogProblem(file.name, None, "", f"not valid YAML: {type(exc).__name__}: {exc}"))
+        return []
+    documents: list[Document] = []
+    budget = _Budget()
+    for index, body in enumerate(raw):
+        if body is None:
+            continue
+        where = f"document {index + 1}"
+        if not isinstance(body, dict):
+            message = f"{where} is a YAML {type(body).__name__}, not a mapping with apiVersion, kind, metadata, spec"
+            problems.append(CatalogProblem(file.name, None, "", message))
+            continue
+        try:
+            plain = _plain(body, (), budget, set())
+        except _Unsupported as exc:
+            field = format_path(exc.path)
+            problems.append(CatalogProblem(file.name, _profile_name(body), field, exc.message))
+            continue
+        documents.append(Document(file=file.name, index=index, body=plain))
+    return documents

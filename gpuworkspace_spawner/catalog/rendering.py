@@ -1,0 +1,171 @@
+"""The catalog as KubeSpawner 7 ``profile_list`` entries, each with a card that says what the user gets.
+
+KubeSpawner renders its form with a jinja2 environment that does not autoescape
+(``kubespawner/templates/form.html``: ``{{ profile.display_name }}``, ``{{ profile.description }}``),
+so ``display_name`` and ``description`` here are HTML: every piece of catalog text is escaped, and
+so are ``{`` and ``}`` in case a custom form template renders the text again as a template.
+The card uses inline elements only: KubeSpawner puts the description inside a ``<p>``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from typing import Any
+
+from .model import Catalog, GpuMode, Ide, WorkspaceProfile
+from .options import accessible_profiles, default_profile_for
+from .units import format_duration
+
+IDE_NAMES: dict[Ide, str] = {"code-server": "VS Code (code-server)", "jupyterlab": "JupyterLab"}
+_GPU_MODE_TEXT: dict[GpuMode, str] = {
+    "exclusive": (
+        "a whole GPU for you alone: all of its memory, and full memory and fault isolation from other "
+        "users. Billed per card-hour while the workspace runs, busy or not."
+    ),
+    "mig": (
+        "a MIG slice: a hardware partition of a GPU with its own memory and compute, isolated from "
+        "other users' memory and faults. Billed per slice-hour while the workspace runs."
+    ),
+    "time-sliced": (
+        "a time-sliced share of a GPU: you take turns with other users on the same card, with no "
+        "memory or fault isolation (another user can use up its memory or crash it), and speed varies "
+        'with their load. "1" means one shared access, not a whole card. Billed as one shared access.'
+    ),
+    "none": "no GPU; CPU only.",
+}
+
+
+def describe_gpu_mode(mode: GpuMode) -> str:
+    """Plain words on what the GPU mode isolates and how it is billed (seed 001 §8)."""
+    return _GPU_MODE_TEXT[mode]
+
+
+def _text(value: object) -> str:
+    """Catalog text made safe for HTML and for a second pass through a template engine."""
+    return html.escape(str(value), quote=True).replace("{", "&#123;").replace("}", "&#125;")
+
+
+def _line(label: str, body: str) -> str:
+    return f'<span class="gpuws-card-line"><strong>{_text(label)}:</strong> {body}</span>'
+
+
+def _amount(profile: WorkspaceProfile, name: str, unit: str) -> str | None:
+    request = profile.resources.requests.get(name)
+    limit = profile.resources.limits.get(name)
+    if request and limit and request != limit:
+        return f"{_text(request)}{unit} guaranteed, up to {_text(limit)}{unit}"
+    if request or limit:
+        return f"{_text(request or limit)}{unit}"
+    return None
+
+
+def _resources(profile: WorkspaceProfile) -> str:
+    parts = []
+    cpu = _amount(profile, "cpu", " CPU")
+    memory = _amount(profile, "memory", " memory")
+    if cpu:
+        parts.append(cpu)
+    if memory:
+        parts.append(memory)
+    gpu = profile.resources.gpu
+    if gpu is not None:
+        parts.append(f"{_text(gpu[1])} &times; <code>{_text(gpu[0])}</code>")
+    return "; ".join(parts) if parts else "the cluster's defaults"
+
+
+def _kept(profile: WorkspaceProfile) -> str:
+    home = profile.storage.home
+    return (
+        f"your home directory <code>{_text(home.mount_path)}</code> ({_text(home.size)}) survives stopping "
+        "the workspace and deleting the server, until the retention period ends"
+    )
+
+
+def _wiped(profile: WorkspaceProfile) -> str:
+    scratch = profile.storage.scratch
+    size = f" (up to {_text(scratch.size_limit)})" if scratch.size_limit else ""
+    shm = f" ({_text(profile.storage.shm_size_limit)})" if profile.storage.shm_size_limit else ""
+    return f"<code>{_text(scratch.mount_path)}</code>{size} and <code>/dev/shm</code>{shm} are emptied when the workspace stops"
+
+
+def _shared(profile: WorkspaceProfile) -> str | None:
+    mounts = [m for m in (profile.storage.datasets, profile.storage.models) if m is not None]
+    parts = [f"{_text(m.name)} at <code>{_text(m.mount_path)}</code> (read-only)" for m in mounts]
+    for team in profile.storage.team_directories:
+        mode = "read-only" if team.read_only else "read-write, shared with your team"
+        parts.append(f"team directory <code>{_text(team.mount_path)}</code> ({mode})")
+    return "; ".join(parts) if parts else None
+
+
+def _session(profile: WorkspaceProfile) -> str:
+    session = profile.session
+    parts = []
+    if session.idle_timeout_s:
+        parts.append(f"stops after {format_duration(session.idle_timeout_s)} idle")
+    if session.max_duration_s:
+        parts.append(f"at most {format_duration(session.max_duration_s)} per session")
+    if session.warnings_s:
+        times = " and ".join(format_duration(w) for w in session.warnings_s)
+        parts.append(f"you are warned {times} before")
+    return "; ".join(parts) if parts else "no automatic stop"
+
+
+def build_card(profile: WorkspaceProfile) -> str:
+    """The HTML card shown under the profile's name on the spawn form."""
+    lines = []
+    if profile.description:
+        lines.append(f'<span class="gpuws-card-description">{_text(profile.description)}</span>')
+    if profile.runtime == "vm":
+        lines.append(_line("Runtime", "a virtual machine with its own kernel (root inside the VM)"))
+    lines.append(_line("GPU", _text(describe_gpu_mode(profile.placement.gpu_mode))))
+    lines.append(_line("Resources", _resources(profile)))
+    lines.append(_line("Kept", _kept(profile)))
+    lines.append(_line("Wiped", _wiped(profile)))
+    shared = _shared(profile)
+    if shared:
+        lines.append(_line("Shared data", shared))
+    lines.append(_line("Session", _session(profile)))
+    if profile.cost_center:
+        lines.append(_line("Cost center", f"<code>{_text(profile.cost_center)}</code>"))
+    return '<span class="gpuws-card">' + "<br>".join(lines) + "</span>"
+
+
+def _ide_option(profile: WorkspaceProfile) -> dict[str, Any]:
+    choices = {
+        ide: {
+            "display_name": IDE_NAMES[ide],
+            "default": ide == profile.ide.default,
+            "kubespawner_override": {},
+        }
+        for ide in profile.ide.choices
+    }
+    return {"display_name": "Editor", "choices": choices, "unlisted_choice": {"enabled": False}}
+
+
+def build_profile_entry(profile: WorkspaceProfile, *, default: bool) -> dict[str, Any]:
+    """One ``profile_list`` entry; ``display_name`` and ``description`` are escaped HTML."""
+    entry: dict[str, Any] = {
+        "slug": profile.slug,
+        "display_name": _text(profile.display_name),
+        "description": build_card(profile),
+        "default": default,
+        "kubespawner_override": {},
+    }
+    if len(profile.ide.choices) > 1:
+        entry["profile_options"] = {"ide": _ide_option(profile)}
+    return entry
+
+
+def build_profile_list(catalog: Catalog, user: str, groups: Iterable[str]) -> list[dict[str, Any]]:
+    """KubeSpawner ``profile_list`` entries for the profiles ``user`` may start (none: an empty list).
+
+    Exactly one entry has ``default: True``: the catalog's default if the user may start it, else the
+    first. ``kubespawner_override`` is empty: the spawner applies the chosen profile itself.
+    """
+    group_set = frozenset(groups)
+    default = default_profile_for(catalog, user, group_set)
+    return [
+        build_profile_entry(profile, default=profile is default)
+        for profile in accessible_profiles(catalog, user, group_set)
+    ]

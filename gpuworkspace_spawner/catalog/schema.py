@@ -1,0 +1,258 @@
+"""JSON Schema (draft 2020-12) for the WorkspaceProfile and WorkspaceCatalog documents.
+
+The schema checks shape: field names, types, enums and formats. Rules that relate fields to each
+other (GPU mode against GPU resources, request against limit, unique mount paths) live in
+``checks.py``, where the messages can say what to do.
+
+``errorMessage`` is our own annotation keyword (draft 2020-12 ignores unknown keywords): when a value
+fails a subschema that carries one, the loader reports it instead of the validator's wording, with
+``{value}`` replaced by the offending value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model import API_VERSION, CATALOG_KIND, GPU_MODES, IDES, PROFILE_KIND
+from .units import DNS_LABEL_PATTERN, DURATION_PATTERN, MIG_RESOURCE_PATTERN, QUANTITY_PATTERN
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID_BASE = "https://gpuworkspace.dev/schemas/v1alpha1"
+
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
+
+def _string(max_length: int = 253, *, min_length: int = 1) -> dict[str, Any]:
+    return {"type": "string", "minLength": min_length, "maxLength": max_length}
+
+
+def _obj(properties: dict[str, Any], *, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+DNS_LABEL: dict[str, Any] = {
+    "type": "string",
+    "pattern": DNS_LABEL_PATTERN,
+    "errorMessage": "{value} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)",
+}
+QUANTITY: dict[str, Any] = {
+    "type": ["string", "integer", "number"],
+    "pattern": QUANTITY_PATTERN,
+    "minimum": 0,
+    "errorMessage": "{value} is not a Kubernetes quantity (like 500m, 4, 64Gi)",
+}
+DURATION: dict[str, Any] = {
+    "type": "string",
+    "pattern": DURATION_PATTERN,
+    "errorMessage": "{value} is not a duration like 90m, 12h, 1h30m, 45s or 2d",
+}
+MOUNT_PATH: dict[str, Any] = {
+    "type": "string",
+    "pattern": r"^/",
+    "maxLength": 1024,
+    "errorMessage": "{value} is not an absolute path",
+}
+SUB_PATH: dict[str, Any] = _string(1024)
+CLAIM_NAME: dict[str, Any] = {
+    "type": "string",
+    "pattern": DNS_SUBDOMAIN_PATTERN,
+    "errorMessage": "{value} is not a PersistentVolumeClaim name",
+}
+RESOURCE_MAP: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        name: QUANTITY
+        for name in ("cpu", "memory", "ephemeral-storage", "nvidia.com/gpu", "nvidia.com/gpu.shared")
+    },
+    "patternProperties": {MIG_RESOURCE_PATTERN: QUANTITY},
+    "additionalProperties": False,
+}
+TOLERATION: dict[str, Any] = _obj(
+    {
+        "key": _string(316, min_length=0),
+        "operator": {"enum": ["Exists", "Equal"]},
+        "value": _string(63, min_length=0),
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+        "tolerationSeconds": {"type": "integer"},
+    }
+)
+NODE_POOL: dict[str, Any] = _obj(
+    {
+        "nodeSelector": {
+            "type": "object",
+            "propertyNames": {"pattern": LABEL_KEY_PATTERN},
+            "additionalProperties": {
+                "type": "string",
+                "pattern": LABEL_VALUE_PATTERN,
+                "errorMessage": "{value} is not a Kubernetes label value (quote numbers and booleans)",
+            },
+        },
+        "tolerations": {"type": "array", "items": TOLERATION, "maxItems": 32},
+    }
+)
+SHARED_MOUNT: dict[str, Any] = _obj(
+    {
+        "claimName": CLAIM_NAME,
+        "subPath": SUB_PATH,
+        "mountPath": MOUNT_PATH,
+        "readOnly": {
+            "const": True,
+            "errorMessage": "shared data is always mounted read-only; remove readOnly or set it to true",
+        },
+    },
+    required=("claimName",),
+)
+TEAM_DIRECTORY: dict[str, Any] = _obj(
+    {
+        "name": DNS_LABEL,
+        "claimName": CLAIM_NAME,
+        "subPath": SUB_PATH,
+        "mountPath": MOUNT_PATH,
+        "readOnly": {"type": "boolean"},
+    },
+    required=("name", "claimName", "mountPath"),
+)
+STORAGE: dict[str, Any] = _obj(
+    {
+        "home": _obj(
+            {
+                "class": {"type": "string", "pattern": DNS_SUBDOMAIN_PATTERN},
+                "size": QUANTITY,
+                "mountPath": MOUNT_PATH,
+                "accessMode": {"enum": ["ReadWriteOnce", "ReadWriteOncePod"]},
+            }
+        ),
+        "scratch": _obj(
+            {"type": {"const": "LocalEphemeral"}, "sizeLimit": QUANTITY, "mountPath": MOUNT_PATH}
+        ),
+        "shm": _obj({"sizeLimit": QUANTITY}),
+        "datasets": SHARED_MOUNT,
+        "models": SHARED_MOUNT,
+        "teamDirectories": {"type": "array", "items": TEAM_DIRECTORY, "maxItems": 32},
+    }
+)
+IDE: dict[str, Any] = {
+    "oneOf": [
+        {"enum": list(IDES)},
+        _obj(
+            {
+                "default": {"enum": list(IDES)},
+                "choices": {
+                    "type": "array",
+                    "items": {"enum": list(IDES)},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+            }
+        ),
+    ],
+    "errorMessage": "{value} is not an editor: use code-server or jupyterlab, or {default: ..., choices: [...]}",
+}
+NAMES: dict[str, Any] = {"type": "array", "items": _string(256), "uniqueItems": True, "maxItems": 1000}
+VM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "dataSource": _obj({"name": DNS_LABEL, "namespace": DNS_LABEL}, required=("name", "namespace")),
+        "rootDisk": _obj({"size": QUANTITY, "class": {"type": "string", "pattern": DNS_SUBDOMAIN_PATTERN}}),
+    },
+    "required": ["dataSource"],
+    "additionalProperties": True,
+}
+NON_NEGATIVE_ID: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 2147483647}
+NOT_ROOT = "{value}: workspaces never run as root (uid 0); use an integer uid of 1 or more"
+
+PROFILE_SPEC: dict[str, Any] = _obj(
+    {
+        "displayName": _string(100),
+        "description": _string(2000, min_length=0),
+        "runtime": {"enum": ["container", "vm"]},
+        "image": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 512,
+            "pattern": r"^\S+$",
+            "errorMessage": "{value} is not an image reference (repo@sha256:<digest>)",
+        },
+        "resources": _obj({"requests": RESOURCE_MAP, "limits": RESOURCE_MAP}),
+        "placement": _obj(
+            {
+                "nodePool": DNS_LABEL,
+                "gpuMode": {"enum": list(GPU_MODES)},
+                "runtimeClassName": {"type": "string", "pattern": DNS_SUBDOMAIN_PATTERN},
+            }
+        ),
+        "storage": STORAGE,
+        "session": _obj(
+            {
+                "idleTimeout": DURATION,
+                "maxDuration": DURATION,
+                "warnings": {"type": "array", "items": DURATION, "maxItems": 10},
+            }
+        ),
+        "security": _obj(
+            {
+                "serviceAccountToken": {"type": "boolean"},
+                "networkProfile": DNS_LABEL,
+                "runAsUser": {**NON_NEGATIVE_ID, "minimum": 1, "errorMessage": NOT_ROOT},
+                "runAsGroup": NON_NEGATIVE_ID,
+                "fsGroup": NON_NEGATIVE_ID,
+            }
+        ),
+        "ide": IDE,
+        "access": _obj({"groups": NAMES, "users": NAMES}),
+        "costCenter": _string(63),
+        "default": {"type": "boolean"},
+        "vm": VM,
+    },
+    required=("displayName", "image"),
+)
+
+METADATA: dict[str, Any] = _obj({"name": DNS_LABEL}, required=("name",))
+
+
+def _document(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "$schema": DIALECT,
+        "$id": f"{SCHEMA_ID_BASE}/{kind}.json",
+        "title": kind,
+        **_obj(
+            {
+                "apiVersion": {"const": API_VERSION, "errorMessage": f"{{value}}: must be {API_VERSION}"},
+                "kind": {"const": kind},
+                "metadata": METADATA,
+                "spec": spec,
+            },
+            required=("apiVersion", "kind", "metadata", "spec"),
+        ),
+    }
+
+
+PROFILE_SCHEMA: dict[str, Any] = _document(PROFILE_KIND, PROFILE_SPEC)
+CATALOG_SCHEMA: dict[str, Any] = _document(
+    CATALOG_KIND,
+    _obj(
+        {
+            "version": {
+                "type": "string",
+                "minLength": 1,
+                "pattern": LABEL_VALUE_PATTERN,
+                "errorMessage": "{value}: the version must be a string usable as a Kubernetes label value "
+                "(letters, digits, '-', '_', '.'; at most 63; quote it in YAML)",
+            },
+            "allowImageTags": {"type": "boolean"},
+            "nodePools": {
+                "type": "object",
+                "propertyNames": {"pattern": DNS_LABEL_PATTERN},
+                "additionalProperties": NODE_POOL,
+            },
+        },
+        required=("version",),
+    ),
+)
+
+SCHEMAS: dict[str, dict[str, Any]] = {PROFILE_KIND: PROFILE_SCHEMA, CATALOG_KIND: CATALOG_SCHEMA}

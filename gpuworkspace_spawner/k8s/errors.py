@@ -1,0 +1,84 @@
+"""The project's Kubernetes error tree, mapped from kubernetes_asyncio's ``ApiException``.
+
+Callers above the gateway catch these, never the client library's exceptions (like kopf's
+``_cogs/clients/errors.py`` or httpx's ``map_httpcore_exceptions``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+
+class KubernetesError(Exception):
+    """An API call failed; ``status`` is the HTTP status, ``message`` the API server's Status message."""
+
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}".strip())
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+
+class NotFound(KubernetesError):
+    pass
+
+
+class Conflict(KubernetesError):
+    """409: AlreadyExists, a resourceVersion/uid precondition failed, or an update conflict."""
+
+
+class Forbidden(KubernetesError):
+    """403: RBAC refused the request, or an admission check (e.g. ResourceQuota) did."""
+
+    @property
+    def quota_exceeded(self) -> bool:
+        return "exceeded quota" in self.message
+
+
+class Invalid(KubernetesError):
+    """422: the object failed validation."""
+
+
+class Unavailable(KubernetesError):
+    """429, 5xx or no answer: worth retrying."""
+
+
+_TOO_MANY_REQUESTS, _SERVER_ERROR = 429, 500
+_BY_STATUS: dict[int, type[KubernetesError]] = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}
+
+
+def map_api_exception(exc: ApiException) -> KubernetesError:
+    status = int(exc.status or 0)
+    message, reason = str(exc.reason or ""), str(exc.reason or "")
+    if exc.body:
+        try:
+            body = json.loads(exc.body)
+            message, reason = body.get("message", message), body.get("reason", reason)
+        except (ValueError, AttributeError):
+            message = str(exc.body)[:500]
+    cls = _BY_STATUS.get(
+        status, Unavailable if status in (0, _TOO_MANY_REQUESTS) or status >= _SERVER_ERROR else None
+    )
+    return (cls or KubernetesError)(status, message, reason)
+
+
+@contextmanager
+def api_errors() -> Iterator[None]:
+    """Re-raise the client library's ApiException as our own error, chained."""
+    try:
+        yield
+    except ApiException as exc:
+        raise map_api_exception(exc) from exc
+
+
+def as_kubernetes_error(exc: BaseException) -> KubernetesError | None:
+    """Our error for ``exc`` when it is (or already maps to) an API error, else None."""
+    if isinstance(exc, KubernetesError):
+        return exc
+    if isinstance(exc, ApiException):
+        return map_api_exception(exc)
+    return None

@@ -1,0 +1,162 @@
+"""The one gateway to the Kubernetes API: typed verbs over KubeSpawner's shared CoreV1Api client.
+
+Everything here takes and returns plain API dicts (camelCase, as the server sends them), so the pure
+core never sees client model objects; errors come out as :mod:`.errors` types.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes_asyncio import client, config, watch
+
+from .errors import api_errors
+
+Obj = dict[str, Any]
+# kubernetes_asyncio.client.CoreV1Api: its annotations want model objects as bodies, we send API dicts.
+Api = Any
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class _Raw:
+    """What ``ApiClient.deserialize`` expects: a response with ``data``."""
+
+    def __init__(self, obj: Obj) -> None:
+        self.data = json.dumps(obj)
+
+
+def to_dict(api: Api, model: Any) -> Obj:
+    """A client model (``V1Pod``) as the API dict it serializes to."""
+    result: Obj = api.api_client.sanitize_for_serialization(model)
+    return result
+
+
+def to_model(api: Api, obj: Obj, kind: str) -> Any:
+    """An API dict as a client model (``kind`` like ``"V1Pod"``), for code that wants models."""
+    return api.api_client.deserialize(_Raw(obj), kind)
+
+
+async def _json(coro: Any) -> Obj:
+    """Await a ``_preload_content=False`` call and decode the body."""
+    with api_errors():
+        response = await coro
+        result: Obj = json.loads(await response.read())
+        return result
+
+
+async def create_pvc(api: Api, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
+    return await _json(
+        api.create_namespaced_persistent_volume_claim(
+            namespace, body, _preload_content=False, _request_timeout=request_timeout
+        )
+    )
+
+
+async def read_pvc(api: Api, namespace: str, name: str, *, request_timeout: float) -> Obj:
+    return await _json(
+        api.read_namespaced_persistent_volume_claim(
+            name, namespace, _preload_content=False, _request_timeout=request_timeout
+        )
+    )
+
+
+async def patch_pvc(
+    api: Api, namespace: str, name: str, patch: Obj, *, request_timeout: float
+) -> Obj:
+    """A JSON merge patch (``null`` removes a label or annotation)."""
+    return await _json(
+        api.patch_namespaced_persistent_volume_claim(
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
+
+
+async def list_pvcs(
+    api: Api, namespace: str, label_selector: str, *, request_timeout: float
+) -> Obj:
+    return await _json(
+        api.list_namespaced_persistent_volume_claim(
+            namespace, label_selector=label_selector, _preload_content=False, _request_timeout=request_timeout
+        )
+    )
+
+
+async def list_pods(
+    api: Api, namespace: str, label_selector: str, *, request_timeout: float
+) -> Obj:
+    return await _json(
+        api.list_namespaced_pod(
+            namespace, label_selector=label_selector, _preload_content=False, _request_timeout=request_timeout
+        )
+    )
+
+
+async def delete_pvc(
+    api: Api,
+    namespace: str,
+    name: str,
+    *,
+    uid: str,
+    resource_version: str,
+    request_timeout: float,
+) -> Obj:
+    """Delete only the exact object that was decided on: a re-adopted claim (new resourceVersion) survives."""
+    body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
+    return await _json(
+        api.delete_namespaced_persistent_volume_claim(
+            name, namespace, body=body, _preload_content=False, _request_timeout=request_timeout
+        )
+    )
+
+
+async def delete_pod(
+    api: Api, namespace: str, name: str, *, grace_s: int, request_timeout: float
+) -> Obj:
+    return await _json(
+        api.delete_namespaced_pod(
+            name,
+            namespace,
+            grace_period_seconds=grace_s,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
+
+
+async def create_event(api: Api, namespace: str, event: Obj, *, request_timeout: float) -> Obj:
+    return await _json(
+        api.create_namespaced_event(
+            namespace, event, _preload_content=False, _request_timeout=request_timeout
+        )
+    )
+
+
+async def connect() -> Api:
+    """A CoreV1Api from the in-cluster ServiceAccount, else from KUBECONFIG / ~/.kube/config."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        await config.load_kube_config()
+    return client.CoreV1Api(client.ApiClient())
+
+
+async def wait_for_claim_change(
+    api: Api, namespace: str, label_selector: str, resource_version: str, timeout_s: int
+) -> None:
+    """Return at the first change to matching claims after ``resource_version``, or after ``timeout_s``."""
+    with api_errors():
+        async with watch.Watch() as stream:
+            async for _ in stream.stream(
+                api.list_namespaced_persistent_volume_claim,
+                namespace,
+                label_selector=label_selector,
+                resource_version=resource_version,
+                timeout_seconds=max(1, timeout_s),
+            ):
+                return

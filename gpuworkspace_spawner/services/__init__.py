@@ -1,0 +1,1 @@
+"""Hub services and background workers (each runs as its own process)."""

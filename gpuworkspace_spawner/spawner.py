@@ -1,0 +1,455 @@
+"""GPUWorkspaceSpawner: KubeSpawner with a profile catalog, a retained home disk and honest progress.
+
+Orchestration only: the catalog package decides what a user may start, ``manifests`` builds the pod
+and the claim, ``lifecycle`` decides what to do with a disk and when a start has failed, ``k8s`` talks
+to the API. State lives on the cluster (labels and annotations); the hub keeps names in its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+from kubespawner import KubeSpawner
+from prometheus_client import Counter
+from traitlets import Enum, Float, Unicode, default
+
+from .audit import Action, AuditRecord, build_audit_event, log_audit
+from .catalog import (
+    Catalog,
+    CatalogError,
+    CatalogSource,
+    OptionsError,
+    Selection,
+    build_profile_list,
+    resolve_user_options,
+)
+from .compat import SpawnException
+from .k8s import Conflict, Forbidden, KubernetesError, NotFound, gateway
+from .k8s.errors import as_kubernetes_error
+from .k8s.reflectors import ClaimReflector
+from .lifecycle.retention import decide_home_disk, retain_until
+from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
+from .manifests.names import DISK_HOME, LABEL_DISK, WorkspaceContext, WorkspaceIdentity
+from .manifests.pod import build_workspace_pod
+from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
+
+CATALOG_RELOAD_FAILURES = Counter(
+    "gpuworkspace_catalog_reload_failures_total",
+    "Catalog reloads that failed validation (the hub kept serving the last good catalog)",
+)
+DEFAULT_URLS = {"jupyterlab": "/lab", "code-server": "/vscode/"}
+_STATUS = {"forbidden-profile": 403}
+log = logging.getLogger("gpuworkspace.catalog")
+
+
+class GPUWorkspaceSpawner(KubeSpawner):
+    """Spawns catalog-defined GPU workspaces whose home disk outlives every stop and server deletion."""
+
+    catalog_path = Unicode(
+        "",
+        help="""
+        The WorkspaceProfile catalog: one YAML file or a directory of them (a ConfigMap mount in Helm).
+
+        Validated when first read; an invalid catalog raises and the hub refuses to start when the
+        config calls :func:`gpuworkspace_spawner.load_catalog_or_exit`. A changed catalog is reloaded on
+        the next read; an invalid change keeps the last good catalog, is logged and counted in
+        ``gpuworkspace_catalog_reload_failures_total``.
+        """,
+    ).tag(config=True)
+
+    retention_days = Float(
+        30.0,
+        help="""
+        How long a deleted server's (or user's) home disk is kept before the reclaimer deletes it.
+
+        ``delete_forever`` labels the claim ``gpuworkspace.dev/disk-state=retained`` with a
+        ``gpuworkspace.dev/retain-until`` annotation instead of deleting it; starting a server with the
+        same name within this period re-adopts the disk.
+        """,
+    ).tag(config=True)
+
+    unschedulable_timeout = Float(
+        60.0,
+        help="Seconds a pod may wait with FailedScheduling before the spawn fails with reason 'unschedulable'.",
+    ).tag(config=True)
+
+    attach_failure_timeout = Float(
+        120.0,
+        help="Seconds a pod may fail to attach or mount its disk before the spawn fails with reason 'disk'.",
+    ).tag(config=True)
+
+    audit_events = Enum(
+        ["all", "disk", "none"],
+        default_value="all",
+        help="""
+        Which audit records are also written as Kubernetes Events (every record is always logged as
+        JSON on the ``gpuworkspace.audit`` logger): ``all`` transitions, only ``disk`` transitions
+        (created, adopted, retained, refused), or ``none``. Each Event is one API write.
+        """,
+    ).tag(config=True)
+
+    release_name = Unicode(
+        "jupyterhub",
+        help="The z2jh release name, set as the ``release`` label that the chart's NetworkPolicies select.",
+    ).tag(config=True)
+
+    _sources: ClassVar[dict[str, CatalogSource]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._selection: Selection | None = None
+        self._catalog_version = ""
+        self._rejected = False
+        self.workspace_state: dict[str, Any] = {}
+
+    @default("pvc_name_template")
+    def _default_pvc_name_template(self) -> str:
+        return "home-{user_server}"
+
+    @default("storage_pvc_ensure")
+    def _default_storage_pvc_ensure(self) -> bool:
+        return False  # the home disk is ensured by _ensure_home_disk, never by KubeSpawner
+
+    @default("delete_pvc")
+    def _default_delete_pvc(self) -> bool:
+        return False
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        # JupyterHub >= 5.3 warns about options no hook handled; ours are validated and applied by
+        # load_user_options() at the start of start(), before anything is written to the cluster.
+        return _options_applied_at_start
+
+    @default("profile_list")
+    def _default_profile_list(self) -> Any:
+        return self._catalog_profile_list
+
+    # --- catalog -------------------------------------------------------------------------------
+
+    @classmethod
+    def catalog_source(cls, path: str) -> CatalogSource:
+        """The shared, reloading catalog for ``path`` (raises CatalogError when it is invalid)."""
+        if path not in cls._sources:
+            cls._sources[path] = CatalogSource(path, on_reload_error=_count_reload_failure)
+        return cls._sources[path]
+
+    @property
+    def catalog(self) -> Catalog:
+        if not self.catalog_path:
+            raise SpawnException(
+                "This hub has no workspace catalog configured (GPUWorkspaceSpawner.catalog_path).",
+                reason="catalog",
+                status_code=500,
+            )
+        return self.catalog_source(self.catalog_path).current()
+
+    def _groups(self) -> list[str]:
+        return [g.name for g in self.user.groups]
+
+    def _catalog_profile_list(self, spawner: GPUWorkspaceSpawner) -> list[dict[str, Any]]:
+        return build_profile_list(spawner.catalog, spawner.user.name, spawner._groups())
+
+    async def load_user_options(self) -> None:
+        """Validate user_options against the catalog before anything touches the cluster."""
+        if self._selection is not None:
+            return
+        catalog = self.catalog
+        try:
+            selection = resolve_user_options(
+                catalog, self.user_options, user=self.user.name, groups=self._groups()
+            )
+        except OptionsError as exc:
+            self._rejected = True
+            self._log_record("workspace-rejected", "Pod", self.pod_name, exc.message)
+            raise SpawnException(
+                exc.message, reason=exc.reason, status_code=_STATUS.get(exc.reason, 400)
+            ) from None
+        if selection.profile.runtime != "container":
+            self._rejected = True
+            raise SpawnException(
+                f"Profile {selection.profile.slug!r} needs VM mode, which this version does not provide.",
+                reason="runtime",
+            )
+        self._selection, self._catalog_version = selection, catalog.version
+        self.image = selection.profile.image
+        self.default_url = DEFAULT_URLS[selection.ide]
+
+    def _context(self) -> WorkspaceContext:
+        assert self._selection is not None
+        identity = WorkspaceIdentity(
+            user=self.user.name, server=self.name or "", namespace=self.namespace, release=self.release_name
+        )
+        return WorkspaceContext(
+            identity=identity,
+            profile=self._selection.profile,
+            catalog_version=self._catalog_version,
+            ide=self._selection.ide,
+            home_claim=self.pvc_name,
+        )
+
+    # --- manifests -----------------------------------------------------------------------------
+
+    async def get_pod_manifest(self) -> Any:
+        pod = await super().get_pod_manifest()
+        built = build_workspace_pod(gateway.to_dict(self.api, pod), self._context())
+        return gateway.to_model(self.api, built, "V1Pod")
+
+    def get_env(self) -> dict[str, str]:
+        env: dict[str, str] = super().get_env()
+        if self._selection is not None:
+            env["GPUWORKSPACE_PROFILE"] = self._selection.profile.slug
+            env["GPUWORKSPACE_CATALOG_VERSION"] = self._catalog_version
+            env["GPUWORKSPACE_IDE"] = self._selection.ide
+        return env
+
+    # --- start ---------------------------------------------------------------------------------
+
+    async def _start(self) -> Any:
+        await self.load_user_options()
+        await self._start_watching_pods()
+        await self._ensure_home_disk()
+        await self._remove_duplicate_pods()
+        await self._audit("workspace-starting", "Pod", self.pod_name, "Starting the workspace")
+        started = asyncio.get_running_loop().time()
+        task = asyncio.ensure_future(super()._start())
+        try:
+            url = await self._supervise(task, started)
+        except SpawnException as exc:
+            await self._audit("workspace-start-failed", "Pod", self.pod_name, f"{exc.reason}: {exc.message}")
+            raise
+        await self._audit("workspace-started", "Pod", self.pod_name, f"Workspace ready at {url}")
+        return url
+
+    async def _supervise(self, task: asyncio.Future[Any], started: float) -> Any:
+        """Wait for KubeSpawner's start, failing early (with a reason) when the pod cannot come up."""
+        loop = asyncio.get_running_loop()
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=1.0)
+            if done:
+                return self._start_result(task)
+            failure = decide_spawn_failure(
+                self._claim(),
+                self._pod(),
+                self.events,
+                elapsed_s=loop.time() - started,
+                unschedulable_after_s=self.unschedulable_timeout,
+                attach_failure_after_s=self.attach_failure_timeout,
+            )
+            if failure is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise SpawnException(failure.message, reason=failure.reason)
+
+    def _start_result(self, task: asyncio.Future[Any]) -> Any:
+        try:
+            return task.result()
+        except TimeoutError as exc:
+            step = build_progress(self._claim(), self._pod(), self.events)
+            raise SpawnException(
+                f"The workspace did not become ready in time; last step: {step.message}", reason="timeout"
+            ) from exc
+        except Exception as exc:
+            error = as_kubernetes_error(exc)
+            if isinstance(error, Forbidden) and error.quota_exceeded:
+                raise SpawnException(
+                    f"Your team's quota is exhausted: {error.message}", reason="quota"
+                ) from exc
+            raise
+
+    async def _start_watching_claims(self) -> ClaimReflector:
+        reflector: ClaimReflector = await self._start_reflector(
+            kind="home-claims",
+            reflector_class=ClaimReflector,
+            labels={LABEL_DISK: DISK_HOME},
+            omit_namespace=False,
+        )
+        return reflector
+
+    def _claim(self) -> dict[str, Any] | None:
+        reflector = self.__class__.reflectors.get(self._get_reflector_key("home-claims"))
+        return reflector.claims.get(f"{self.namespace}/{self.pvc_name}") if reflector else None
+
+    def _pod(self) -> dict[str, Any] | None:
+        reflector = self.pod_reflector
+        return reflector.pods.get(f"{self.namespace}/{self.pod_name}") if reflector else None
+
+    async def _ensure_home_disk(self) -> None:
+        """Create, re-adopt or reuse the home claim; refuse (reason 'disk') when it is not ours to use."""
+        ws = self._context()
+        await self._start_watching_claims()
+        claim = self._claim()
+        request_timeout = self.k8s_api_request_timeout
+        for _ in range(3):
+            verdict = decide_home_disk(claim, ws.identity)
+            if verdict.action == "use":
+                break
+            if verdict.action == "refuse":
+                await self._audit("disk-refused", "PersistentVolumeClaim", self.pvc_name, verdict.reason)
+                raise SpawnException(verdict.reason, reason="disk", status_code=409)
+            try:
+                if verdict.action == "create":
+                    claim = await gateway.create_pvc(
+                        self.api, self.namespace, build_home_pvc(ws), request_timeout=request_timeout
+                    )
+                    await self._audit(
+                        "disk-created", "PersistentVolumeClaim", self.pvc_name, verdict.reason, claim
+                    )
+                else:
+                    patch = build_adopt_patch(ws)
+                    claim = await gateway.patch_pvc(
+                        self.api, self.namespace, self.pvc_name, patch, request_timeout=request_timeout
+                    )
+                    await self._audit(
+                        "disk-adopted", "PersistentVolumeClaim", self.pvc_name, verdict.reason, claim
+                    )
+                break
+            except Conflict:
+                claim = await gateway.read_pvc(
+                    self.api, self.namespace, self.pvc_name, request_timeout=request_timeout
+                )
+            except NotFound:
+                claim = None
+            except Forbidden as exc:
+                reason = "quota" if exc.quota_exceeded else "disk"
+                raise SpawnException(f"Cannot create your home disk: {exc.message}", reason=reason) from exc
+        self._pvc_exists = True
+
+    async def _remove_duplicate_pods(self) -> None:
+        """At most one active pod per user workspace, also for pods a previous hub left behind."""
+        reflector = await self._start_watching_pods()
+        identity = self._context().identity
+        extra = decide_extra_pods(list(reflector.pods.values()), identity, keep_name=self.pod_name)
+        for name in extra:
+            await self._audit("duplicate-pod-removed", "Pod", name, f"Another pod of this workspace: {name}")
+            with contextlib.suppress(NotFound):
+                await gateway.delete_pod(
+                    self.api, self.namespace, name, grace_s=0, request_timeout=self.k8s_api_request_timeout
+                )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.k8s_api_request_retry_timeout
+        # KubeSpawner's reflector has no change event; this reads its watch cache, not the API.
+        while any(f"{self.namespace}/{n}" in reflector.pods for n in extra) and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
+
+    async def progress(self) -> Any:
+        """Spawn progress from the claim, the pod and its events (local watch caches, no API calls)."""
+        last = None
+        while True:
+            step = build_progress(self._claim(), self._pod(), self.events)
+            if (step.phase, step.message) != last:
+                last = (step.phase, step.message)
+                yield {"progress": step.percent, "message": step.message}
+            if self._start_future is not None and self._start_future.done():
+                break
+            await asyncio.sleep(1)
+
+    # --- stop and delete -----------------------------------------------------------------------
+
+    async def stop(self, now: bool = False) -> None:
+        if self._rejected:  # refused before any cluster write: nothing to clean up
+            self._rejected = False
+            return
+        await super().stop(now=now)
+        await self._audit("workspace-stopped", "Pod", self.pod_name, "Workspace stopped; home disk kept")
+
+    async def delete_forever(self) -> None:
+        """Retain the home disk (never delete it): the reclaimer deletes it once retention ends."""
+        if self.name and "{user_server}" not in self.pvc_name_template:
+            self.log.info("Not retaining shared claim %s for named server %s", self.pvc_name, self.name)
+            return
+        now = datetime.now(UTC)
+        until = retain_until(now, timedelta(days=self.retention_days))
+        patch = build_retain_patch(
+            retain_until=until, now=now, why="server-deleted" if self.name else "user-deleted"
+        )
+        try:
+            claim = await gateway.patch_pvc(
+                self.api, self.namespace, self.pvc_name, patch, request_timeout=self.k8s_api_request_timeout
+            )
+        except NotFound:
+            self.log.info("No home disk %s to retain for %s", self.pvc_name, self._log_name)
+            return
+        message = f"Home disk retained until {until:%Y-%m-%d %H:%M:%S} UTC"
+        await self._audit("disk-retained", "PersistentVolumeClaim", self.pvc_name, message, claim)
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = super().get_state()
+        if self._selection is not None:
+            state["gpuworkspace"] = {
+                "profile": self._selection.profile.slug,
+                "catalog_version": self._catalog_version,
+                "ide": self._selection.ide,
+            }
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.workspace_state = dict(state.get("gpuworkspace") or {})
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self._selection, self._catalog_version, self._rejected = None, "", False
+        self.workspace_state = {}
+
+    # --- audit ---------------------------------------------------------------------------------
+
+    def _record(
+        self, action: Action, kind: str, name: str, message: str, obj: dict[str, Any] | None = None
+    ) -> AuditRecord:
+        selection = self._selection
+        return AuditRecord(
+            action=action,
+            user=self.user.name,
+            server=self.name or "",
+            namespace=self.namespace,
+            kind=kind,
+            name=name,
+            message=message,
+            profile=selection.profile.slug if selection else "",
+            catalog_version=self._catalog_version,
+            uid=str(((obj or {}).get("metadata") or {}).get("uid", "")),
+        )
+
+    def _log_record(self, action: Action, kind: str, name: str, message: str) -> None:
+        log_audit(self._record(action, kind, name, message), now=datetime.now(UTC))
+
+    async def _audit(
+        self, action: Action, kind: str, name: str, message: str, obj: dict[str, Any] | None = None
+    ) -> None:
+        """Log the record; write it as an Event too when ``audit_events`` asks (failures only logged)."""
+        record = self._record(action, kind, name, message, obj)
+        now = datetime.now(UTC)
+        log_audit(record, now=now)
+        if self.audit_events == "none" or (self.audit_events == "disk" and kind != "PersistentVolumeClaim"):
+            return
+        event = build_audit_event(record, now=now, instance=socket.gethostname())
+        try:
+            await gateway.create_event(
+                self.api, self.namespace, event, request_timeout=self.k8s_api_request_timeout
+            )
+        except KubernetesError as exc:
+            self.log.warning("Could not record audit event %s for %s: %s", action, name, exc)
+
+
+def _options_applied_at_start(spawner: GPUWorkspaceSpawner, user_options: Any) -> None:
+    """See GPUWorkspaceSpawner._default_apply_user_options."""
+
+
+def _count_reload_failure(error: CatalogError) -> None:
+    CATALOG_RELOAD_FAILURES.inc()
+    log.error("Invalid workspace catalog change; still serving the last good catalog:\n%s", error)
+
+
+def load_catalog_or_exit(path: str) -> Catalog:
+    """For jupyterhub_config.py: validate the catalog now, so the hub refuses to start on a bad one."""
+    try:
+        return GPUWorkspaceSpawner.catalog_source(path).current()
+    except CatalogError as exc:
+        raise SystemExit(f"gpuworkspace-spawner: invalid workspace catalog {path}:\n{exc}") from None
