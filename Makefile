@@ -23,7 +23,7 @@ BENCHMARKS := $(sort $(wildcard tests/benchmarks/bench_*.py))
 .PHONY: help venv test lint bench docs demo clean
 
 help:
-	@echo "make demo   set everything up, then start the local devcluster (Kubernetes API emulator)"
+	@echo "make demo   set everything up, then start devcluster + mock OIDC + JupyterHub on :8000"
 	@echo "make test   set everything up, lint, then run the test suite (what CI runs via .ci/run)"
 	@echo "make lint   ruff check, ruff format --check, import-linter contracts, mypy on the pure core"
 	@echo "make bench  run every tests/benchmarks/bench_*.py as a script"
@@ -56,12 +56,11 @@ docs: venv
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 	@echo "docs: open docs/_build/html/index.html"
 
-# The devcluster runs in the foreground until Ctrl-C; JupyterHub is wired into the demo later.
+# The devcluster, the mock OIDC provider and JupyterHub, in the foreground until Ctrl-C
+# (hub_config/demo.py; docs/tutorial/demo.md). DEMO_ARGS passes options, e.g. DEMO_ARGS="--port 8010".
+DEMO_ARGS ?=
 demo: venv
-	@mkdir -p $(STATE_DIR)
-	@echo "demo: starting the devcluster; once it answers, use it with:"
-	@echo "demo:   export KUBECONFIG=$(abspath $(STATE_DIR))/kubeconfig"
-	$(BIN)/gpuworkspace-devcluster up --state-dir $(STATE_DIR)
+	$(PYTHON) hub_config/demo.py --state-dir $(STATE_DIR) $(DEMO_ARGS)
 
 clean:
 	rm -rf build dist docs/_build .mypy_cache .ruff_cache .pytest_cache .import_linter_cache *.egg-info

@@ -85,11 +85,14 @@ class GPUWorkspaceSpawner(KubeSpawner):
 
     audit_events = Enum(
         ["all", "disk", "none"],
-        default_value="all",
+        default_value="disk",
         help="""
-        Which audit records are also written as Kubernetes Events (every record is always logged as
-        JSON on the ``gpuworkspace.audit`` logger): ``all`` transitions, only ``disk`` transitions
-        (created, adopted, retained, refused), or ``none``. Each Event is one API write.
+        Which audit records are also written as Kubernetes Events. Every record is always logged as one
+        JSON object on the ``gpuworkspace.audit`` logger. ``disk`` (default): the home disk's
+        transitions (created, adopted, retained, refused; the reclaimer's deletions) and refused
+        duplicate pods, on the claim, so ``kubectl describe pvc`` tells the disk's history. ``all``: also
+        each workspace start, start failure and stop, on the pod: two more API writes per start/stop
+        cycle. ``none``: log only.
         """,
     ).tag(config=True)
 
@@ -214,7 +217,7 @@ class GPUWorkspaceSpawner(KubeSpawner):
         await self._start_watching_pods()
         await self._ensure_home_disk()
         await self._remove_duplicate_pods()
-        await self._audit("workspace-starting", "Pod", self.pod_name, "Starting the workspace")
+        self._log_record("workspace-starting", "Pod", self.pod_name, "Starting the workspace")
         started = asyncio.get_running_loop().time()
         task = asyncio.ensure_future(super()._start())
         try:
@@ -427,7 +430,8 @@ class GPUWorkspaceSpawner(KubeSpawner):
         record = self._record(action, kind, name, message, obj)
         now = datetime.now(UTC)
         log_audit(record, now=now)
-        if self.audit_events == "none" or (self.audit_events == "disk" and kind != "PersistentVolumeClaim"):
+        disk_record = kind == "PersistentVolumeClaim" or action == "duplicate-pod-removed"
+        if self.audit_events == "none" or (self.audit_events == "disk" and not disk_record):
             return
         event = build_audit_event(record, now=now, instance=socket.gethostname())
         try:

@@ -52,11 +52,19 @@ def test_spawner_entry_point_and_public_surface() -> None:
     import gpuworkspace_spawner
     from gpuworkspace_spawner.spawner import GPUWorkspaceSpawner
 
-    (ep,) = [e for e in importlib.metadata.entry_points(group="jupyterhub.spawners") if e.name == "gpuworkspace"]
+    (ep,) = [
+        e for e in importlib.metadata.entry_points(group="jupyterhub.spawners") if e.name == "gpuworkspace"
+    ]
     assert ep.load() is GPUWorkspaceSpawner
     assert sorted(gpuworkspace_spawner.__all__) == ["GPUWorkspaceSpawner", "load_catalog_or_exit"]
     assert gpuworkspace_spawner.GPUWorkspaceSpawner is GPUWorkspaceSpawner
-    ours = {"catalog_path", "retention_days", "unschedulable_timeout", "attach_failure_timeout", "audit_events"}
+    ours = {
+        "catalog_path",
+        "retention_days",
+        "unschedulable_timeout",
+        "attach_failure_timeout",
+        "audit_events",
+    }
     for name in ours:  # every option is documented where JupyterHub users look: --help-all and the docs
         assert GPUWorkspaceSpawner.class_traits()[name].help.strip()
 

@@ -61,9 +61,7 @@ async def read_pvc(api: Api, namespace: str, name: str, *, request_timeout: floa
     )
 
 
-async def patch_pvc(
-    api: Api, namespace: str, name: str, patch: Obj, *, request_timeout: float
-) -> Obj:
+async def patch_pvc(api: Api, namespace: str, name: str, patch: Obj, *, request_timeout: float) -> Obj:
     """A JSON merge patch (``null`` removes a label or annotation)."""
     return await _json(
         api.patch_namespaced_persistent_volume_claim(
@@ -77,9 +75,7 @@ async def patch_pvc(
     )
 
 
-async def list_pvcs(
-    api: Api, namespace: str, label_selector: str, *, request_timeout: float
-) -> Obj:
+async def list_pvcs(api: Api, namespace: str, label_selector: str, *, request_timeout: float) -> Obj:
     return await _json(
         api.list_namespaced_persistent_volume_claim(
             namespace, label_selector=label_selector, _preload_content=False, _request_timeout=request_timeout
@@ -87,9 +83,7 @@ async def list_pvcs(
     )
 
 
-async def list_pods(
-    api: Api, namespace: str, label_selector: str, *, request_timeout: float
-) -> Obj:
+async def list_pods(api: Api, namespace: str, label_selector: str, *, request_timeout: float) -> Obj:
     return await _json(
         api.list_namespaced_pod(
             namespace, label_selector=label_selector, _preload_content=False, _request_timeout=request_timeout
@@ -115,9 +109,7 @@ async def delete_pvc(
     )
 
 
-async def delete_pod(
-    api: Api, namespace: str, name: str, *, grace_s: int, request_timeout: float
-) -> Obj:
+async def delete_pod(api: Api, namespace: str, name: str, *, grace_s: int, request_timeout: float) -> Obj:
     return await _json(
         api.delete_namespaced_pod(
             name,

@@ -1,0 +1,259 @@
+"""JupyterHub configuration for the local demo and the end-to-end tests.
+
+Run it with ``jupyterhub -f hub_config/jupyterhub_config.py`` (``make demo`` and
+``hub_config/demo.py`` do that for you, after starting the devcluster and the mock OIDC provider).
+Every setting below is what a production deployment also has to decide; the values are the local
+ones. Everything that differs between machines comes from an environment variable:
+
+=====================  ==========================================  ===============================
+variable               meaning                                     default
+=====================  ==========================================  ===============================
+GPUWS_STATE_DIR        the devcluster's state directory; the hub   ``<repo>/.state/devcluster``
+                       talks to Kubernetes through
+                       ``$GPUWS_STATE_DIR/kubeconfig``
+GPUWS_CATALOG          WorkspaceProfile YAML (a file or directory) ``hub_config/catalog``
+GPUWS_PUBLIC_PORT      the port users open (the proxy's)           ``8000``
+GPUWS_HUB_PORT         the hub's own port (behind the proxy)       ``8081``
+GPUWS_PROXY_API_PORT   configurable-http-proxy's REST API port     ``8001``
+GPUWS_OIDC_URL         the OpenID Connect issuer                   ``http://127.0.0.1:9480``
+GPUWS_DATA_DIR         where jupyterhub.sqlite, the cookie secret  ``<repo>/.state/hub``
+                       and the proxy's pid file live
+GPUWS_SPAWNER          ``gpuworkspace`` (this project's spawner)   ``gpuworkspace``
+                       or ``kubespawner`` (plain KubeSpawner with
+                       an equivalent profile list)
+JUPYTERHUB_CRYPT_KEY   when set, auth state (the OIDC tokens) is   unset: auth state is not kept
+                       stored encrypted with this key
+=====================  ==========================================  ===============================
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+c = get_config()  # type: ignore[name-defined]  # provided by JupyterHub when it loads this file
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+def _env(name: str, default: str) -> str:
+    """An environment variable, or the default when it is unset or empty."""
+    return os.environ.get(name) or default
+
+
+STATE_DIR = Path(_env("GPUWS_STATE_DIR", str(REPO / ".state" / "devcluster"))).resolve()
+CATALOG = Path(_env("GPUWS_CATALOG", str(HERE / "catalog"))).resolve()
+PUBLIC_PORT = int(_env("GPUWS_PUBLIC_PORT", "8000"))
+HUB_PORT = int(_env("GPUWS_HUB_PORT", "8081"))
+PROXY_API_PORT = int(_env("GPUWS_PROXY_API_PORT", "8001"))
+OIDC_URL = _env("GPUWS_OIDC_URL", "http://127.0.0.1:9480").rstrip("/")
+DATA_DIR = Path(_env("GPUWS_DATA_DIR", str(REPO / ".state" / "hub"))).resolve()
+SPAWNER = _env("GPUWS_SPAWNER", "gpuworkspace")
+
+# The default single-user image (the sample catalog's). Pin images by digest, never by a moving tag.
+# The devcluster's kubelet runs any docker-stacks notebook image (whatever the digest) as a local
+# jupyterhub-singleuser process; on a real cluster, put the digest you have tested here.
+NOTEBOOK_IMAGE = (
+    "quay.io/jupyter/base-notebook@sha256:07ada0bb13ec7286cdaaeab442f196959e1330993fa72ec0503e0bc429dbf29f"
+)
+
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+# --------------------------------------------------------------------------------- Kubernetes
+# KubeSpawner (and so our spawner) loads the client configuration from $KUBECONFIG when it does not
+# run inside a pod. The devcluster writes an admin kubeconfig into its state directory. An explicit
+# GPUWS_STATE_DIR wins over an inherited KUBECONFIG; otherwise an inherited KUBECONFIG is kept.
+if "GPUWS_STATE_DIR" in os.environ or "KUBECONFIG" not in os.environ:
+    os.environ["KUBECONFIG"] = str(STATE_DIR / "kubeconfig")
+# JupyterHub imports every registered spawner (our "gpuworkspace" entry point, so KubeSpawner and
+# kubernetes_asyncio) before it reads this file, and kubernetes_asyncio reads $KUBECONFIG once, at
+# import. Tell it again; demo.py and the test harness also put KUBECONFIG in the hub's environment.
+_kube_config = sys.modules.get("kubernetes_asyncio.config.kube_config")
+if _kube_config is not None:
+    _kube_config.KUBE_CONFIG_DEFAULT_LOCATION = os.environ["KUBECONFIG"]
+
+# ------------------------------------------------------------------------------ network layout
+# Users open the proxy (configurable-http-proxy, which JupyterHub starts and stops itself).
+c.JupyterHub.bind_url = f"http://127.0.0.1:{PUBLIC_PORT}"
+# The proxy's own REST API, which only the hub talks to.
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PROXY_API_PORT}"
+# The proxy binary installed by `npm ci` (package.json) into node_modules.
+c.ConfigurableHTTPProxy.command = [str(REPO / "node_modules" / ".bin" / "configurable-http-proxy")]
+# Where the proxy's pid file goes (by default the current directory).
+c.ConfigurableHTTPProxy.pid_file = str(DATA_DIR / "jupyterhub-proxy.pid")
+# The hub listens on loopback: the devcluster's "pods" are local processes on loopback addresses
+# (127.10.x.y and so on), so they reach the hub there. In a real cluster this is 0.0.0.0 and
+# hub_connect_ip is the hub Service's name.
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = HUB_PORT
+# The address single-user servers use to call the hub API (JUPYTERHUB_API_URL in the pod).
+c.JupyterHub.hub_connect_ip = "127.0.0.1"
+
+# ------------------------------------------------------------------------------------- storage
+# The hub's database and cookie secret. The hub keeps only names in its database; the workspaces
+# themselves live in Kubernetes ("Kubernetes is the database").
+c.JupyterHub.db_url = f"sqlite:///{DATA_DIR / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(DATA_DIR / "jupyterhub_cookie_secret")
+# Workspaces outlive the hub: stopping or restarting the hub leaves pods running, as on Z2JH. Stop
+# servers from the hub (or the admin page) before taking the cluster down.
+c.JupyterHub.cleanup_servers = False
+
+# ------------------------------------------------------------------------------ authentication
+# Users log in with OpenID Connect. Locally the issuer is oidc-provider-mock (started by demo.py):
+# its authorization page has one button per predefined user (alice, bob, admin), and any other
+# subject typed into its form logs in as a new user without groups.
+c.JupyterHub.authenticator_class = "generic-oauth"
+c.GenericOAuthenticator.login_service = "the mock OIDC provider"
+c.GenericOAuthenticator.client_id = "jupyterhub"  # the mock accepts any client id and secret
+c.GenericOAuthenticator.client_secret = "jupyterhub-secret"
+c.GenericOAuthenticator.oauth_callback_url = f"http://127.0.0.1:{PUBLIC_PORT}/hub/oauth_callback"
+c.GenericOAuthenticator.authorize_url = f"{OIDC_URL}/oauth2/authorize"
+c.GenericOAuthenticator.token_url = f"{OIDC_URL}/oauth2/token"
+c.GenericOAuthenticator.userdata_url = f"{OIDC_URL}/userinfo"
+# "profile" makes the provider release preferred_username; "groups" is a custom claim it always sends.
+c.GenericOAuthenticator.scope = ["openid", "profile", "email"]
+
+
+def _username(userinfo: dict[str, Any]) -> str:
+    """The JupyterHub user name: preferred_username when the provider sends one, else the subject."""
+    return str(userinfo.get("preferred_username") or userinfo["sub"])
+
+
+c.GenericOAuthenticator.username_claim = _username
+# The OIDC "groups" claim becomes the user's JupyterHub groups at every login (profiles restricted
+# to a group, such as gpu-exclusive for gpu-users, read these). The userinfo response is stored under
+# auth_state["oauth_user"]; a user without the claim gets no groups instead of a logged error.
+c.GenericOAuthenticator.manage_groups = True
+
+
+def _groups(auth_state: dict[str, Any]) -> list[str]:
+    return list((auth_state.get("oauth_user") or {}).get("groups") or [])
+
+
+c.GenericOAuthenticator.auth_state_groups_key = _groups
+# Everyone the provider vouches for may log in; restrict with allowed_groups in production.
+c.GenericOAuthenticator.allow_all = True
+c.Authenticator.admin_users = {"admin"}
+# Keep the OIDC tokens (encrypted) only when a key is provided; group management does not need them.
+c.Authenticator.enable_auth_state = bool(os.environ.get("JUPYTERHUB_CRYPT_KEY"))
+
+# ----------------------------------------------------------------------------------- spawning
+# Users may run several named workspaces (/user/alice/<name>/) besides the default one.
+c.JupyterHub.allow_named_servers = True
+
+# Settings for KubeSpawner apply to GPUWorkspaceSpawner too (it is a subclass).
+c.KubeSpawner.namespace = "gpu-workspaces"  # where workspace pods and disks are created
+c.KubeSpawner.image = NOTEBOOK_IMAGE  # the default image; profiles may choose another
+c.KubeSpawner.image_pull_policy = "IfNotPresent"
+# How long a start may take before the hub gives up: image pulls, disk provisioning and scheduling
+# (start_timeout), then until the server answers HTTP (http_timeout).
+c.KubeSpawner.start_timeout = 120
+c.KubeSpawner.http_timeout = 60
+
+
+def _kubespawner_profile(
+    slug: str, name: str, requests: dict[str, str], limits: dict[str, str], pool: str, home: str
+) -> dict[str, Any]:
+    """One KubeSpawner profile with the shape of the catalog profile of the same slug."""
+    extra = {k: v for k, v in limits.items() if k.startswith("nvidia.com/")}
+    override: dict[str, Any] = {
+        "cpu_guarantee": float(requests["cpu"]),
+        "cpu_limit": float(limits["cpu"]),
+        "mem_guarantee": requests["memory"].replace("Gi", "G"),  # KubeSpawner's G means GiB
+        "mem_limit": limits["memory"].replace("Gi", "G"),
+        "node_selector": {"gpuworkspace.dev/pool": pool},
+        "storage_capacity": home,
+    }
+    if extra:
+        override["extra_resource_guarantees"] = extra
+        override["extra_resource_limits"] = extra
+        override["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return {"display_name": name, "slug": slug, "kubespawner_override": override}
+
+
+# The sample catalog's four profiles (hub_config/catalog), as a KubeSpawner profile list.
+KUBESPAWNER_PROFILES = [
+    _kubespawner_profile(
+        "cpu-small",
+        "CPU (small)",
+        {"cpu": "1", "memory": "2Gi"},
+        {"cpu": "2", "memory": "4Gi"},
+        "cpu",
+        "10Gi",
+    )
+    | {"default": True, "description": "No GPU."},
+    _kubespawner_profile(
+        "gpu-exclusive",
+        "GPU (one whole H100)",
+        {"cpu": "8", "memory": "64Gi"},
+        {"cpu": "16", "memory": "96Gi", "nvidia.com/gpu": "1"},
+        "gpu",
+        "200Gi",
+    )
+    | {"description": "For members of gpu-users."},
+    _kubespawner_profile(
+        "gpu-shared",
+        "GPU (time-sliced share)",
+        {"cpu": "2", "memory": "8Gi"},
+        {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu.shared": "1"},
+        "gpu",
+        "20Gi",
+    ),
+    _kubespawner_profile(
+        "gpu-mig",
+        "GPU (MIG slice, 10 GB)",
+        {"cpu": "4", "memory": "16Gi"},
+        {"cpu": "8", "memory": "32Gi", "nvidia.com/mig-1g.10gb": "1"},
+        "gpu",
+        "50Gi",
+    ),
+]
+
+
+def _profiles_for(spawner: Any) -> list[dict[str, Any]]:
+    """KubeSpawner calls this per spawn: gpu-exclusive only for members of gpu-users, as in the catalog."""
+    groups = {group.name for group in spawner.user.groups}
+    return [p for p in KUBESPAWNER_PROFILES if p["slug"] != "gpu-exclusive" or "gpu-users" in groups]
+
+
+def _use_kubespawner() -> None:
+    """Plain KubeSpawner with a profile list shaped like the sample catalog's profiles."""
+    c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+    # Open JupyterLab (the catalog's IDE choice does this for GPUWorkspaceSpawner).
+    c.KubeSpawner.default_url = "/lab"
+    # A home disk per server on ceph-rbd, like the catalog's: it survives stops.
+    c.KubeSpawner.storage_pvc_ensure = True
+    c.KubeSpawner.pvc_name_template = "home-{user_server}"
+    c.KubeSpawner.storage_class = "ceph-rbd"
+    c.KubeSpawner.storage_capacity = "10Gi"
+    c.KubeSpawner.storage_access_modes = ["ReadWriteOnce"]
+    c.KubeSpawner.volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "{pvc_name}"}}]
+    c.KubeSpawner.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
+    c.KubeSpawner.profile_list = _profiles_for
+
+
+def _use_gpuworkspace() -> None:
+    """This project's spawner, reading its profiles from the WorkspaceProfile catalog."""
+    registered = {ep.name for ep in entry_points(group="jupyterhub.spawners")}
+    # The entry point name once the package registers it; the class path works either way.
+    c.JupyterHub.spawner_class = (
+        "gpuworkspace" if "gpuworkspace" in registered else "gpuworkspace_spawner.spawner.GPUWorkspaceSpawner"
+    )
+    c.GPUWorkspaceSpawner.catalog_path = str(CATALOG)  # a YAML file or a directory of them
+    # Refuse to start on an invalid catalog, with the errors, instead of failing at the first spawn.
+    from gpuworkspace_spawner import load_catalog_or_exit  # noqa: PLC0415 -- only in this mode
+
+    load_catalog_or_exit(str(CATALOG))
+    c.GPUWorkspaceSpawner.retention_days = 30  # how long a deleted workspace's disk is kept
+
+
+if SPAWNER == "kubespawner":
+    _use_kubespawner()
+elif SPAWNER == "gpuworkspace":
+    _use_gpuworkspace()
+else:
+    raise ValueError(f"GPUWS_SPAWNER must be 'gpuworkspace' or 'kubespawner', not {SPAWNER!r}")

@@ -1,0 +1,228 @@
+"""Spawn benchmark: GPUWorkspaceSpawner against plain KubeSpawner, through JupyterHub, on one devcluster.
+
+Run as a script (``make bench`` or ``python -m tests.benchmarks.bench_spawn``); not a pytest test, no
+pass/fail thresholds: it prints a table and the ratios ours / KubeSpawner against the goals.
+
+What it measures
+  * One devcluster and one oidc-provider-mock (``tests/e2e/harness.py``) serve both spawners, in the
+    same run. For each spawner in turn, JupyterHub starts with ``hub_config/jupyterhub_config.py``
+    (``GPUWS_SPAWNER=kubespawner``: KubeSpawner with the config's ``cpu-small`` profile list entry;
+    ``gpuworkspace``: ours with ``hub_config/catalog``'s ``cpu-small``), then runs one warm-up cycle
+    (it creates the home disk; not counted) and N measured cycles for one user's named server.
+  * A cycle: ``POST /hub/api/users/{u}/servers/s`` with ``{"profile": "cpu-small"}``, then polling
+    ``GET /hub/api/users/{u}`` every 50 ms until the hub reports the server ``ready`` (spawn time = POST
+    to ready, so at most 50 ms coarse); then ``DELETE`` and polling until the server is gone (stop time).
+    The single-user server is a real ``jupyterhub-singleuser`` process in a devcluster pod.
+  * Kubernetes API requests per cycle: the devcluster's request log is cleared before each cycle and
+    read after it, without the harness's own calls. Split by verb (get, list, watch, create, patch,
+    update, delete). ``repeat GET`` counts GETs of a single object beyond the first per object and
+    cycle: a spawner that polls shows up there. A watch is logged when it ends, so a reflector's
+    long-running watch lands in whichever cycle it happens to end in (noise of about one request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.harness import REPO, Devcluster, Hub, OidcMock
+
+PROFILE = "cpu-small"
+VERBS = ("get", "list", "watch", "create", "patch", "update", "delete")
+SPAWNERS = {"kubespawner": "KubeSpawner", "gpuworkspace": "GPUWorkspaceSpawner (ours)"}
+
+
+@dataclass
+class Cycle:
+    spawn_s: float
+    stop_s: float
+    requests: list[dict[str, Any]]
+
+    @property
+    def by_verb(self) -> Counter[str]:
+        return Counter(r["verb"] if r["verb"] in VERBS else "other" for r in self.requests)
+
+    @property
+    def driven(self) -> int:
+        """Requests other than list and watch: what the start and stop themselves asked for."""
+        return sum(1 for r in self.requests if r["verb"] not in ("list", "watch"))
+
+    @property
+    def repeat_gets(self) -> int:
+        gets = Counter(
+            (r["resource"], r["namespace"], r["name"]) for r in self.requests if r["verb"] == "get"
+        )
+        return sum(n - 1 for n in gets.values())
+
+
+@dataclass
+class Result:
+    spawner: str
+    cycles: list[Cycle] = field(default_factory=list)
+    error: str = ""
+
+    def median(self, values: list[float]) -> float:
+        return statistics.median(values) if values else float("nan")
+
+    @property
+    def spawn_p50(self) -> float:
+        return self.median([c.spawn_s for c in self.cycles])
+
+    @property
+    def requests_p50(self) -> float:
+        return self.median([float(len(c.requests)) for c in self.cycles])
+
+    @property
+    def driven_p50(self) -> float:
+        return self.median([float(c.driven) for c in self.cycles])
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def run_cycle(hub: Hub, dc: Devcluster, user: str) -> Cycle:
+    dc.requests_log(clear=True)
+    started = time.perf_counter()
+    hub.start_server(user, "s", {"profile": PROFILE})
+    hub.wait_ready(user, "s", interval_s=0.05)
+    ready = time.perf_counter()
+    hub.stop_server(user, "s", interval_s=0.05)
+    stopped = time.perf_counter()
+    return Cycle(ready - started, stopped - ready, dc.requests_log())
+
+
+def bench_spawner(spawner: str, workdir: Path, dc: Devcluster, oidc: OidcMock, cycles: int) -> Result:
+    result = Result(spawner)
+    hub = Hub(workdir / spawner, dc, oidc, spawner=spawner, catalog=REPO / "hub_config" / "catalog")
+    user = f"bench-{spawner}"
+    try:
+        hub.start()
+        run_cycle(hub, dc, user)  # warm-up: creates the user's home disk
+        for i in range(cycles):
+            cycle = run_cycle(hub, dc, user)
+            result.cycles.append(cycle)
+            print(
+                f"  .. {spawner:<13} cycle {i + 1}/{cycles}: spawn {cycle.spawn_s:5.2f} s, "
+                f"stop {cycle.stop_s:5.2f} s, {len(cycle.requests)} API requests",
+                flush=True,
+            )
+    except Exception as exc:  # report and carry on with the other spawner
+        result.error = f"{type(exc).__name__}: {exc}"
+        print(f"  .. {spawner}: FAILED: {result.error}\n{hub.proc.tail(40)}", flush=True)
+    finally:
+        hub.stop()
+    return result
+
+
+def print_table(results: list[Result]) -> None:
+    head = (
+        f"{'spawner':<27} {'n':>3} {'spawn p50':>9} {'p95':>6} {'stop p50':>8} {'req/cycle':>9} {'w/o l+w':>7} "
+        + " ".join(f"{v:>6}" for v in VERBS)
+        + f" {'repeat GET':>10}"
+    )
+    print()
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        if not r.cycles:
+            print(f"{SPAWNERS[r.spawner]:<27} {'-':>3}  {r.error or 'no cycles'}")
+            continue
+        spawn = [c.spawn_s for c in r.cycles]
+        stop = [c.stop_s for c in r.cycles]
+        n = len(r.cycles)
+        verbs = " ".join(f"{sum(c.by_verb[v] for c in r.cycles) / n:>6.1f}" for v in VERBS)
+        repeats = sum(c.repeat_gets for c in r.cycles) / n
+        print(
+            f"{SPAWNERS[r.spawner]:<27} {n:>3} {statistics.median(spawn):>8.2f}s {pct(spawn, 0.95):>5.2f}s "
+            f"{statistics.median(stop):>7.2f}s {r.requests_p50:>9.1f} {r.driven_p50:>7.1f} {verbs} {repeats:>10.1f}"
+        )
+    print(
+        "(seconds; req/cycle: median Kubernetes API requests per start+stop cycle, w/o l+w: the same without\n"
+        " list and watch, which the reflectors repeat on their own schedule; verb columns: means per cycle)"
+    )
+
+
+def print_requests(result: Result) -> None:
+    """What one cycle asked the API, by verb and resource (the cycle with the median request count)."""
+    if not result.cycles:
+        return
+    cycle = sorted(result.cycles, key=lambda c: len(c.requests))[len(result.cycles) // 2]
+    kinds = Counter(f"{r['verb']:<7} {r['resource']}" for r in cycle.requests)
+    print(f"\nrequests of a median cycle, {SPAWNERS[result.spawner]}:")
+    for kind, n in sorted(kinds.items()):
+        print(f"  {n:>3}  {kind}")
+
+
+def print_ratios(results: dict[str, Result]) -> None:
+    ks, ours = results.get("kubespawner"), results.get("gpuworkspace")
+    if not (ks and ours and ks.cycles and ours.cycles):
+        print("\nratios: need both spawners measured")
+        return
+    spawn = ours.spawn_p50 / ks.spawn_p50
+    print("\nours / KubeSpawner")
+    print(
+        f"  median spawn time          x{spawn:.2f}  (goal <= 1.05: {'met' if spawn <= 1.05 else 'NOT met'})"
+    )
+    for what, a, b in (
+        ("API requests/cycle", ours.requests_p50, ks.requests_p50),
+        ("  without list and watch", ours.driven_p50, ks.driven_p50),
+    ):
+        ratio = a / b if b else float("inf")
+        print(f"  {what:<26} x{ratio:.2f}  (goal <= 1.00: {'met' if ratio <= 1.0 else 'NOT met'})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_spawn", description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--cycles", type=int, default=8, help="measured cycles per spawner (default: 8)")
+    parser.add_argument(
+        "--spawners",
+        default="kubespawner,gpuworkspace",
+        help="comma-separated, in order (default: kubespawner,gpuworkspace; ours is skipped when absent)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (state and logs)")
+    args = parser.parse_args(argv)
+    spawners = [s for s in args.spawners.split(",") if s]
+    if "gpuworkspace" in spawners and importlib.util.find_spec("gpuworkspace_spawner.spawner") is None:
+        print("bench_spawn: gpuworkspace_spawner.spawner does not exist yet; measuring KubeSpawner only")
+        spawners.remove("gpuworkspace")
+    print(
+        f"bench_spawn: {platform.python_implementation()} {platform.python_version()}, {args.cycles} cycles"
+    )
+    started = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix="gpuws-bench-spawn-"))
+    dc, oidc = Devcluster(workdir / "devcluster", workdir / "logs"), OidcMock(workdir / "logs")
+    results: dict[str, Result] = {}
+    try:
+        dc.start()
+        oidc.start()
+        for spawner in spawners:
+            results[spawner] = bench_spawner(spawner, workdir, dc, oidc, args.cycles)
+    finally:
+        oidc.stop()
+        dc.stop()
+        if args.keep:
+            print(f"bench_spawn: work directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print_table(list(results.values()))
+    for result in results.values():
+        print_requests(result)
+    print_ratios(results)
+    print(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
+    return 1 if any(r.error for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,444 @@
+"""The whole local stack as subprocesses: devcluster, mock OIDC provider, JupyterHub (which starts CHP).
+
+Used by the e2e tests (``tests/e2e/conftest.py``), the spawn benchmark
+(``tests/benchmarks/bench_spawn.py``) and, for the same start/stop logic, the demo launcher.
+
+- :class:`Devcluster` runs ``gpuworkspace-devcluster up`` (its ports and pod IPs are fixed: one per
+  machine) and reads its request log.
+- :class:`OidcMock` runs ``oidc-provider-mock`` on a free port with the predefined users alice, bob
+  and admin (one-click buttons on its authorization page).
+- :class:`Hub` runs ``jupyterhub`` with ``hub_config/jupyterhub_config.py`` (through a small wrapper
+  that adds an admin service token), on free ports, and can be restarted alone.
+- :class:`HubStack` is the three together as a context manager.
+
+Every process runs in its own session (process group); ``stop()`` sends SIGTERM to the leader, waits,
+then kills what is left of the group. An ``atexit`` hook stops whatever is still running, so an
+interrupted test run does not leave a devcluster holding the machine's fixed addresses.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+HUB_CONFIG = REPO / "hub_config" / "jupyterhub_config.py"
+USER_AGENT = "gpuws-e2e-harness"  # our own calls to the devcluster are told apart in its request log
+
+# alice may use everything open to researchers, bob also the GPU profiles, admin is a hub admin.
+OIDC_USERS: tuple[dict[str, Any], ...] = (
+    {"sub": "alice", "preferred_username": "alice", "email": "alice@example.org", "groups": ["researchers"]},
+    {
+        "sub": "bob",
+        "preferred_username": "bob",
+        "email": "bob@example.org",
+        "groups": ["researchers", "gpu-users"],
+    },
+    {"sub": "admin", "preferred_username": "admin", "email": "admin@example.org", "groups": []},
+)
+
+Json = Any
+_LIVE: dict[Proc, None] = {}  # running processes, in start order
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(
+    check: Callable[[], Any], timeout_s: float, what: str, proc: Proc | None = None, interval_s: float = 0.1
+) -> Any:
+    """Poll ``check`` until it returns something truthy; fail early when ``proc`` has exited."""
+    deadline, last = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive:
+            raise RuntimeError(
+                f"{proc.name} exited ({proc.returncode}) while waiting for {what}:\n{proc.tail()}"
+            )
+        try:
+            value = check()
+        except (OSError, ValueError, KeyError) as exc:
+            value, last = None, exc
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what} (last error: {last!r})")
+
+
+def http(
+    method: str,
+    url: str,
+    body: Json = None,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+    timeout: float = 30,
+) -> tuple[int, bytes]:
+    """One HTTP request; the status and body (errors are answers too, not exceptions)."""
+    data = json.dumps(body).encode() if body is not None else None
+    hdrs = {"User-Agent": USER_AGENT, **(headers or {})}
+    if data is not None:
+        hdrs.setdefault("Content-Type", "application/json")
+    req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+class Proc:
+    """A subprocess in its own process group, its output in a log file."""
+
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: dict[str, str], cwd: Path | None = None
+    ) -> None:
+        self.name, self.argv, self.log_path, self.env, self.cwd = name, argv, log_path, env, cwd
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"==== {time.strftime('%H:%M:%S')} start: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        _LIVE[self] = None
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._popen is None else self._popen.poll()
+
+    def stop(self, timeout_s: float = 20.0, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM (or ``sig``) to the leader, wait, then SIGKILL the whole group."""
+        popen, self._popen = self._popen, None
+        _LIVE.pop(self, None)
+        if popen is None:
+            return
+        if popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(popen.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout_s)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(popen.pid, signal.SIGKILL)  # children the leader left behind (the group id is its pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(5)
+
+    def tail(self, lines: int = 60) -> str:
+        try:
+            with self.log_path.open(errors="replace") as f:
+                return "".join(deque(f, maxlen=lines))
+        except OSError:
+            return ""
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    # Last started, first stopped: the hub before the devcluster.
+    for proc in reversed(list(_LIVE)):
+        proc.stop(timeout_s=10)
+
+
+def _base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    for name in ("KUBECONFIG", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_API_URL"):
+        env.pop(name, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+# --------------------------------------------------------------------------------- devcluster
+class Devcluster:
+    """``gpuworkspace-devcluster up --state-dir DIR`` and its admin endpoints."""
+
+    def __init__(self, state_dir: Path, log_dir: Path) -> None:
+        self.state_dir = state_dir.resolve()
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        argv = [str(BIN / "gpuworkspace-devcluster"), "up", "--state-dir", str(self.state_dir)]
+        self.proc = Proc("devcluster", argv, log_dir / "devcluster.log", _base_env())
+        self.url = ""
+        self._token = ""
+        self._ssl: ssl.SSLContext | None = None
+
+    def start(self, timeout_s: float = 60) -> Devcluster:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig.unlink(missing_ok=True)  # rewritten once the API answers
+        self.proc.start()
+        wait_for(self.kubeconfig.exists, timeout_s, "the devcluster's kubeconfig", self.proc)
+        wait_for(self._load_kubeconfig, 10, "a complete kubeconfig", self.proc)
+        wait_for(lambda: self.get("/version")[0] == 200, timeout_s, "the devcluster API", self.proc)
+        return self
+
+    def _load_kubeconfig(self) -> bool:
+        doc = yaml.safe_load(self.kubeconfig.read_text())
+        cluster = doc["clusters"][0]["cluster"]
+        self.url = cluster["server"].rstrip("/")
+        self._token = doc["users"][0]["user"].get("token", "")
+        if self.url.startswith("https"):
+            ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+            self._ssl = ssl.create_default_context(cadata=ca)
+        return True
+
+    def get(self, path: str, method: str = "GET") -> tuple[int, bytes]:
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        return http(method, self.url + path, headers=headers, context=self._ssl)
+
+    def requests_log(self, clear: bool = False) -> list[dict[str, Any]]:
+        """The API request log (time, method, verb, resource, namespace, name, status, user agent, ...),
+        without the admin endpoints and without this harness's own requests; ``clear`` empties it."""
+        status, body = self.get("/_devcluster/requests", "DELETE" if clear else "GET")
+        if status != 200:
+            raise RuntimeError(f"/_devcluster/requests answered {status}: {body[:200]!r}")
+        records = [json.loads(line) for line in body.splitlines() if line.strip()]
+        return [r for r in records if r["verb"] and r["user_agent"] != USER_AGENT]
+
+    def stop(self) -> None:
+        self.proc.stop(timeout_s=30)
+
+
+# ---------------------------------------------------------------------------------- OIDC mock
+class OidcMock:
+    """oidc-provider-mock with the predefined users; any client id and secret are accepted."""
+
+    def __init__(self, log_dir: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [str(BIN / "oidc-provider-mock"), "--port", str(self.port)]
+        for user in OIDC_USERS:
+            argv += ["--user-claims", json.dumps(user)]
+        env = _base_env() | {"NO_COLOR": "1"}
+        self.proc = Proc("oidc-provider-mock", argv, log_dir / "oidc.log", env)
+
+    def start(self, timeout_s: float = 30) -> OidcMock:
+        self.proc.start()
+        discovery = f"{self.url}/.well-known/openid-configuration"
+        wait_for(
+            lambda: http("GET", discovery, timeout=2)[0] == 200, timeout_s, "the OIDC provider", self.proc
+        )
+        return self
+
+    def stop(self) -> None:
+        self.proc.stop(timeout_s=10)
+
+
+# ------------------------------------------------------------------------------------ the hub
+_WRAPPER = """\
+# Generated by tests/e2e/harness.py: the real configuration plus an admin service for the tests.
+c = get_config()  # noqa: F821
+load_subconfig({config!r})  # noqa: F821
+c.JupyterHub.services = [{{"name": "e2e-admin", "api_token": {token!r}}}]
+c.JupyterHub.load_roles = [
+    {{
+        "name": "e2e-admin",
+        "scopes": ["admin:users", "admin:servers", "access:servers", "read:hub", "list:users", "read:metrics"],
+        "services": ["e2e-admin"],
+    }}
+]
+c.JupyterHub.log_level = "DEBUG"
+# Shorter than production, so the tests see failures and vanished pods in seconds, not minutes.
+c.GPUWorkspaceSpawner.unschedulable_timeout = 5
+c.Spawner.poll_interval = 5
+"""
+
+
+class Hub:
+    """JupyterHub on free ports with hub_config/jupyterhub_config.py; restartable alone."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        devcluster: Devcluster,
+        oidc: OidcMock,
+        spawner: str = "kubespawner",
+        catalog: Path | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = workdir.resolve()
+        self.data_dir = self.workdir / "hub-data"
+        self.public_port, self.hub_port, self.proxy_api_port = free_port(), free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.public_port}"
+        self.api_url = f"{self.url}/hub/api"
+        self.admin_token = secrets.token_hex(24)
+        self.spawner = spawner
+        config = self.workdir / "jupyterhub_config_e2e.py"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config.write_text(_WRAPPER.format(config=str(HUB_CONFIG), token=self.admin_token))
+        env = _base_env() | {
+            "GPUWS_STATE_DIR": str(devcluster.state_dir),
+            "KUBECONFIG": str(devcluster.kubeconfig),
+            "GPUWS_PUBLIC_PORT": str(self.public_port),
+            "GPUWS_HUB_PORT": str(self.hub_port),
+            "GPUWS_PROXY_API_PORT": str(self.proxy_api_port),
+            "GPUWS_OIDC_URL": oidc.url,
+            "GPUWS_DATA_DIR": str(self.data_dir),
+            "GPUWS_SPAWNER": spawner,
+            "JUPYTERHUB_CRYPT_KEY": secrets.token_hex(32),
+        }
+        if catalog is not None:
+            env["GPUWS_CATALOG"] = str(catalog)
+        env |= extra_env or {}
+        argv = [str(BIN / "jupyterhub"), "-f", str(config)]
+        self.proc = Proc("jupyterhub", argv, self.workdir / "logs" / "jupyterhub.log", env, cwd=self.workdir)
+
+    def start(self, timeout_s: float = 90) -> Hub:
+        self.proc.start()
+        wait_for(lambda: self.api("GET", "/")[0] == 200, timeout_s, "JupyterHub behind the proxy", self.proc)
+        return self
+
+    def stop(self) -> None:
+        self.proc.stop(timeout_s=30)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    # ---------------------------------------------------------------- REST API helpers
+    def api(self, method: str, path: str, body: Json = None, token: str | None = None) -> tuple[int, Json]:
+        """A hub REST API call (``path`` below /hub/api) with the admin token; status and decoded JSON."""
+        headers = {"Authorization": f"token {token or self.admin_token}"}
+        status, raw = http(method, self.api_url + path, body, headers=headers)
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def server(self, user: str, name: str = "") -> dict[str, Any] | None:
+        status, model = self.api("GET", f"/users/{user}")
+        if status != 200:
+            raise RuntimeError(f"GET /users/{user} answered {status}: {model}")
+        return (model.get("servers") or {}).get(name)  # type: ignore[no-any-return]
+
+    def start_server(self, user: str, name: str = "", options: Json = None) -> int:
+        """POST the start; returns the status (201 ready at once, 202 pending). Creates the user if needed."""
+        if self.api("GET", f"/users/{user}")[0] == 404:
+            status, body = self.api("POST", f"/users/{user}")
+            if status not in (200, 201):
+                raise RuntimeError(f"creating user {user}: {status} {body}")
+        path = f"/users/{user}/servers/{name}" if name else f"/users/{user}/server"
+        status, body = self.api("POST", path, options if options is not None else {})
+        if status not in (201, 202):
+            raise RuntimeError(f"POST {path} answered {status}: {body}")
+        return status
+
+    def wait_ready(self, user: str, name: str = "", timeout_s: float = 150, interval_s: float = 0.05) -> None:
+        def ready() -> bool:
+            server = self.server(user, name)
+            if server is None:
+                raise RuntimeError(f"server {user}/{name} is gone (the start failed); see the hub log")
+            return bool(server.get("ready"))
+
+        wait_for(ready, timeout_s, f"server {user}/{name} ready", self.proc, interval_s)
+
+    def stop_server(self, user: str, name: str = "", timeout_s: float = 90, interval_s: float = 0.05) -> None:
+        path = f"/users/{user}/servers/{name}" if name else f"/users/{user}/server"
+        status, body = self.api("DELETE", path)
+        if status not in (202, 204):
+            raise RuntimeError(f"DELETE {path} answered {status}: {body}")
+        gone = lambda: self.server(user, name) is None  # noqa: E731
+        wait_for(gone, timeout_s, f"server {user}/{name} stopped", self.proc, interval_s)
+
+
+# ------------------------------------------------------------------------------- everything
+class HubStack:
+    """Devcluster + mock OIDC provider + JupyterHub, started in that order and stopped in reverse.
+
+    ``with HubStack(tmp_dir, spawner="kubespawner") as stack:`` then ``stack.url``, ``stack.admin_token``,
+    ``stack.kubeconfig``, ``stack.requests_log()``, ``stack.restart_hub()``, ``stack.hub.api(...)``.
+    Logs are in ``<workdir>/logs``; :meth:`dump_logs` prints their tails.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        spawner: str = "kubespawner",
+        catalog: Path | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = workdir.resolve()
+        self.log_dir = self.workdir / "logs"
+        self.devcluster = Devcluster(self.workdir / "devcluster", self.log_dir)
+        self.oidc = OidcMock(self.log_dir)
+        self.hub = Hub(self.workdir, self.devcluster, self.oidc, spawner, catalog, extra_env)
+
+    @property
+    def url(self) -> str:
+        return self.hub.url
+
+    @property
+    def admin_token(self) -> str:
+        return self.hub.admin_token
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.devcluster.kubeconfig
+
+    def requests_log(self, clear: bool = False) -> list[dict[str, Any]]:
+        return self.devcluster.requests_log(clear)
+
+    def restart_hub(self) -> None:
+        """Stop and start JupyterHub (and so its proxy) only; the devcluster and all state stay."""
+        self.hub.restart()
+
+    def __enter__(self) -> HubStack:
+        try:
+            self.devcluster.start()
+            self.oidc.start()
+            self.hub.start()
+        except BaseException:
+            self.dump_logs()
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.hub.stop()
+        self.oidc.stop()
+        self.devcluster.stop()
+
+    def logs(self) -> Iterator[Proc]:
+        yield from (self.devcluster.proc, self.oidc.proc, self.hub.proc)
+
+    def dump_logs(self, lines: int = 80) -> None:
+        for proc in self.logs():
+            print(f"\n----- last {lines} lines of {proc.log_path}", file=sys.stderr)
+            print(proc.tail(lines), file=sys.stderr)

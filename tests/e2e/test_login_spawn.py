@@ -1,0 +1,115 @@
+"""End to end through JupyterHub, its proxy, the mock OIDC provider and the devcluster.
+
+- In a browser: alice logs in on the mock provider's page, picks the ``cpu-small`` profile on the
+  spawn page and lands in JupyterLab served by a real single-user server in a devcluster pod.
+- Over REST: an admin token starts bob's named server ``s1`` with ``{"profile": "cpu-small"}``, waits
+  until the hub reports it ready and reaches the server's own API through the proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from .harness import HubStack, http
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
+
+PROFILE = "cpu-small"
+
+
+def _pick_profile(page: Any, slug: str) -> None:
+    """Select a profile on the spawn page: KubeSpawner's radio buttons, or a form keyed by the slug."""
+    choice = page.locator(f'input[name="profile"][value="{slug}"], option[value="{slug}"]')
+    choice.first.wait_for(state="attached", timeout=10_000)
+    if choice.first.evaluate("el => el.tagName") == "OPTION":
+        page.locator('select[name="profile"]').select_option(slug)
+    else:
+        choice.first.check()
+
+
+def test_browser_login_spawn_lands_in_jupyterlab(stack: HubStack, browser: Any) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{stack.url}/hub/login")
+        page.get_by_text(re.compile("Sign in with")).click()
+        # oidc-provider-mock's authorization page: one button per predefined user
+        page.wait_for_url(f"{stack.oidc.url}/oauth2/authorize*")
+        page.get_by_role("button", name="alice", exact=True).click()
+        page.wait_for_url(re.compile(r".*/hub/(spawn|home).*"))
+        if "/hub/spawn" not in page.url:
+            page.goto(f"{stack.url}/hub/spawn")
+        # the spawn page lists the profiles (KubeSpawner: one radio button per slug)
+        page.locator("#spawn_form").wait_for()
+        if stack.hub.spawner == "gpuworkspace":
+            _check_profile_cards(page)
+        _pick_profile(page, PROFILE)
+        page.locator('#spawn_form [type="submit"]').click()
+        page.wait_for_url(f"{stack.url}/user/alice/lab*", timeout=120_000)
+        page.locator("#jp-main-dock-panel").wait_for(timeout=60_000)
+        assert "JupyterLab" in page.title()
+    finally:
+        context.close()
+    status, model = stack.hub.api("GET", "/users/alice")
+    assert status == 200
+    assert sorted(model["groups"]) == ["researchers"]  # the OIDC groups claim became hub groups
+    stack.hub.stop_server("alice")
+
+
+def _check_profile_cards(page: Any) -> None:
+    """The catalog's cards say what each GPU mode isolates, what persists and what is wiped."""
+    form = page.locator("#spawn_form").inner_text()
+    offered = page.locator('input[name="profile"]').evaluate_all("els => els.map(e => e.value)")
+    assert "gpu-exclusive" not in offered  # alice is not in gpu-users
+    assert {"cpu-small", "gpu-shared", "gpu-mig"} <= set(offered)
+    for words in (
+        "Kept:",
+        "/home/jovyan",
+        "Wiped:",
+        "/scratch",
+        "stops after",
+        "no memory or fault isolation",
+    ):
+        assert words in form, words
+
+
+def test_rest_start_named_server_and_reach_it_through_the_proxy(stack: HubStack) -> None:
+    stack.hub.start_server("bob", "s1", {"profile": PROFILE})
+    stack.hub.wait_ready("bob", "s1")
+    server = stack.hub.server("bob", "s1")
+    assert server is not None
+    assert server["url"] == "/user/bob/s1/"
+    status, body = http(
+        "GET", f"{stack.url}/user/bob/s1/api/status", headers={"Authorization": f"token {stack.admin_token}"}
+    )
+    assert status == 200, body[:500]
+    assert "last_activity" in json.loads(body)
+    # the server runs in a devcluster pod created through the Kubernetes API
+    creates = [r for r in stack.requests_log() if r["verb"] == "create" and r["resource"] == "pods"]
+    assert creates, "no pod was created through the Kubernetes API"
+    stack.hub.stop_server("bob", "s1")
+    status, _ = http(
+        "GET", f"{stack.url}/user/bob/s1/api/status", headers={"Authorization": f"token {stack.admin_token}"}
+    )
+    assert status != 200
+
+
+def test_server_survives_a_hub_restart(stack: HubStack) -> None:
+    """The hub keeps only names; after a restart it finds the running pod and routes to it again."""
+    stack.hub.start_server("bob", "keep", {"profile": PROFILE})
+    stack.hub.wait_ready("bob", "keep")
+    stack.restart_hub()
+    server = stack.hub.server("bob", "keep")
+    assert server is not None and server["ready"], server
+    status, body = http(
+        "GET",
+        f"{stack.url}/user/bob/keep/api/status",
+        headers={"Authorization": f"token {stack.admin_token}"},
+    )
+    assert status == 200, body[:500]
+    stack.hub.stop_server("bob", "keep")
