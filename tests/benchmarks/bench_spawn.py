@@ -8,7 +8,9 @@ What it measures
     same run. For each spawner in turn, JupyterHub starts with ``hub_config/jupyterhub_config.py``
     (``GPUWS_SPAWNER=kubespawner``: KubeSpawner with the config's ``cpu-small`` profile list entry;
     ``gpuworkspace``: ours with ``hub_config/catalog``'s ``cpu-small``), then runs one warm-up cycle
-    (it creates the home disk; not counted) and N measured cycles for one user's named server.
+    (it creates the home disk; not counted) and N measured cycles for one user's named server. This
+    repeats for ``--rounds`` rounds (default 2: KubeSpawner, ours, KubeSpawner, ours), each with a new
+    hub and user, so the slow drift of a shared machine's load falls on both spawners.
   * A cycle: ``POST /hub/api/users/{u}/servers/s`` with ``{"profile": "cpu-small"}``, then polling
     ``GET /hub/api/users/{u}`` every 50 ms until the hub reports the server ``ready`` (spawn time = POST
     to ready, so at most 50 ms coarse); then ``DELETE`` and polling until the server is gone (stop time).
@@ -103,10 +105,11 @@ def run_cycle(hub: Hub, dc: Devcluster, user: str) -> Cycle:
     return Cycle(ready - started, stopped - ready, dc.requests_log())
 
 
-def bench_spawner(spawner: str, workdir: Path, dc: Devcluster, oidc: OidcMock, cycles: int) -> Result:
-    result = Result(spawner)
-    hub = Hub(workdir / spawner, dc, oidc, spawner=spawner, catalog=REPO / "hub_config" / "catalog")
-    user = f"bench-{spawner}"
+def bench_spawner(
+    spawner: str, workdir: Path, dc: Devcluster, oidc: OidcMock, cycles: int, result: Result
+) -> Result:
+    hub = Hub(workdir, dc, oidc, spawner=spawner, catalog=REPO / "hub_config" / "catalog")
+    user = f"bench-{workdir.name}"
     try:
         hub.start()
         run_cycle(hub, dc, user)  # warm-up: creates the user's home disk
@@ -185,7 +188,15 @@ def print_ratios(results: dict[str, Result]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_spawn", description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--cycles", type=int, default=8, help="measured cycles per spawner (default: 8)")
+    parser.add_argument(
+        "--cycles", type=int, default=8, help="measured cycles per spawner and round (default: 8)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of all spawners in turn (default: 2), so slow drift on a shared machine hits both",
+    )
     parser.add_argument(
         "--spawners",
         default="kubespawner,gpuworkspace",
@@ -198,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_spawn: gpuworkspace_spawner.spawner does not exist yet; measuring KubeSpawner only")
         spawners.remove("gpuworkspace")
     print(
-        f"bench_spawn: {platform.python_implementation()} {platform.python_version()}, {args.cycles} cycles"
+        f"bench_spawn: {platform.python_implementation()} {platform.python_version()}, "
+        f"{args.rounds} rounds x {args.cycles} cycles per spawner"
     )
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="gpuws-bench-spawn-"))
@@ -207,8 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dc.start()
         oidc.start()
-        for spawner in spawners:
-            results[spawner] = bench_spawner(spawner, workdir, dc, oidc, args.cycles)
+        for round_ in range(args.rounds):
+            for spawner in spawners:
+                result = results.setdefault(spawner, Result(spawner))
+                bench_spawner(spawner, workdir / f"{spawner}-{round_}", dc, oidc, args.cycles, result)
     finally:
         oidc.stop()
         dc.stop()

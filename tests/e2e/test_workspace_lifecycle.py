@@ -163,3 +163,32 @@ def test_delete_forever_retains_readopts_and_reclaims(stack: HubStack, user: str
 def _retained(stack: HubStack, claim: str) -> dict[str, Any] | None:
     pvc: dict[str, Any] = get_json(stack, "pvc", claim)
     return pvc if pvc["metadata"]["labels"].get("gpuworkspace.dev/disk-state") == "retained" else None
+
+
+def test_a_stray_pod_of_the_same_workspace_is_removed_before_start(stack: HubStack, user: str) -> None:
+    """One active pod per user workspace, also for pods no hub knows about (e.g. from an old hub)."""
+    stray = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"stray-{user}",
+            "namespace": NS,
+            "labels": {
+                "component": "singleuser-server",
+                "gpuworkspace.dev/user": user,
+                "gpuworkspace.dev/server": "one",
+            },
+        },
+        "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 3600"]}]},
+    }
+    env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig)}
+    subprocess.run(["kubectl", "apply", "-f", "-"], input=json.dumps(stray), env=env, text=True, check=True)
+    start(stack, user, "one", {"profile": "cpu-small"})
+    pods = get_json(stack, "pods", "-l", f"gpuworkspace.dev/user={user}")["items"]
+    assert [p["metadata"]["name"] for p in pods] == [f"jupyter-{user}--one"]
+    reasons = {
+        e["reason"]
+        for e in get_json(stack, "events")["items"]
+        if e["involvedObject"]["name"] == f"stray-{user}"
+    }
+    assert "WorkspaceDuplicateRemoved" in reasons
