@@ -29,6 +29,14 @@ Action = Literal[
     "workspace-stopped",
     "workspace-rejected",
     "duplicate-pod-removed",
+    # the disk admin service (services/disks): resize, snapshot, restore, early reclaim
+    "disk-resize-requested",
+    "disk-resized",
+    "disk-snapshotted",
+    "disk-restore-started",
+    "disk-restored",
+    "disk-restore-failed",
+    "disk-operation-refused",
 ]
 
 # Event reasons are CamelCase, like the kubelet's.
@@ -44,8 +52,22 @@ _REASONS: dict[str, str] = {
     "workspace-stopped": "WorkspaceStopped",
     "workspace-rejected": "WorkspaceRejected",
     "duplicate-pod-removed": "WorkspaceDuplicateRemoved",
+    "disk-resize-requested": "WorkspaceDiskResizing",
+    "disk-resized": "WorkspaceDiskResized",
+    "disk-snapshotted": "WorkspaceDiskSnapshotted",
+    "disk-restore-started": "WorkspaceDiskRestoring",
+    "disk-restored": "WorkspaceDiskRestored",
+    "disk-restore-failed": "WorkspaceDiskRestoreFailed",
+    "disk-operation-refused": "WorkspaceDiskOperationRefused",
 }
-_WARNINGS = {"disk-refused", "workspace-start-failed", "workspace-rejected", "duplicate-pod-removed"}
+_WARNINGS = {
+    "disk-refused",
+    "workspace-start-failed",
+    "workspace-rejected",
+    "duplicate-pod-removed",
+    "disk-restore-failed",
+    "disk-operation-refused",
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,7 @@ class AuditRecord:
     catalog_version: str = ""
     uid: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    actor: str = ""  # the hub user or service that asked (admin operations); "" for the spawner's own
 
 
 def build_audit_event(record: AuditRecord, *, now: datetime, instance: str) -> dict[str, Any]:
@@ -91,5 +114,6 @@ def audit_line(record: AuditRecord, *, now: datetime) -> str:
     return json.dumps(body, sort_keys=True, default=str)
 
 
-def log_audit(record: AuditRecord, *, now: datetime) -> None:
-    logging.getLogger(AUDIT_LOGGER).info("%s", audit_line(record, now=now))
+def log_audit(record: AuditRecord, *, now: datetime, logger: logging.Logger | None = None) -> None:
+    """One JSON line on ``logger`` (in the hub: the hub's own log), else the ``gpuworkspace.audit`` logger."""
+    (logger or logging.getLogger(AUDIT_LOGGER)).info("audit %s", audit_line(record, now=now))

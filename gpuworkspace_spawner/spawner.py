@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -29,14 +31,19 @@ from .catalog import (
     resolve_user_options,
 )
 from .compat import SpawnException
-from .k8s import Conflict, Forbidden, KubernetesError, NotFound, gateway
+from .k8s import Conflict, Forbidden, KubernetesError, NotFound, custom, gateway
+from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VIRTUAL_MACHINES, VM_INSTANCES, ClusterWatch
 from .k8s.errors import as_kubernetes_error
 from .k8s.reflectors import ClaimReflector
+from .lifecycle.fencing import decide_fencing, refuse_shared_disk
+from .lifecycle.gpuholders import describe_gpu_holders
 from .lifecycle.retention import decide_home_disk, retain_until
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
-from .manifests.names import DISK_HOME, LABEL_DISK, WorkspaceContext, WorkspaceIdentity
+from .manifests.names import ANN_LAST_NODE, DISK_HOME, LABEL_DISK, WorkspaceContext, WorkspaceIdentity
 from .manifests.pod import build_workspace_pod
 from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
+from .manifests.vm import vm_names
+from .vmruntime import VMRuntime
 
 CATALOG_RELOAD_FAILURES = Counter(
     "gpuworkspace_catalog_reload_failures_total",
@@ -47,7 +54,7 @@ _STATUS = {"forbidden-profile": 403}
 log = logging.getLogger("gpuworkspace.catalog")
 
 
-class GPUWorkspaceSpawner(KubeSpawner):
+class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
     """Spawns catalog-defined GPU workspaces whose home disk outlives every stop and server deletion."""
 
     catalog_path = Unicode(
@@ -102,13 +109,15 @@ class GPUWorkspaceSpawner(KubeSpawner):
     ).tag(config=True)
 
     _sources: ClassVar[dict[str, CatalogSource]] = {}
+    _cluster_watches: ClassVar[dict[str, ClusterWatch]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # Before super().__init__: JupyterHub may call load_state() from inside it.
         self._selection: Selection | None = None
         self._catalog_version = ""
         self._rejected = False
         self.workspace_state: dict[str, Any] = {}
+        super().__init__(*args, **kwargs)
 
     @default("pvc_name_template")
     def _default_pvc_name_template(self) -> str:
@@ -172,23 +181,22 @@ class GPUWorkspaceSpawner(KubeSpawner):
             raise SpawnException(
                 exc.message, reason=exc.reason, status_code=_STATUS.get(exc.reason, 400)
             ) from None
-        if selection.profile.runtime != "container":
-            self._rejected = True
-            raise SpawnException(
-                f"Profile {selection.profile.slug!r} needs VM mode, which this version does not provide.",
-                reason="runtime",
-            )
         self._selection, self._catalog_version = selection, catalog.version
-        self.image = selection.profile.image
         self.default_url = DEFAULT_URLS[selection.ide]
+        if selection.profile.runtime == "vm":
+            self.pvc_name = vm_names(self._context().identity).disk  # the root disk is the VM's home
+        else:
+            self.image = selection.profile.image
+
+    def _identity(self) -> WorkspaceIdentity:
+        return WorkspaceIdentity(
+            user=self.user.name, server=self.name or "", namespace=self.namespace, release=self.release_name
+        )
 
     def _context(self) -> WorkspaceContext:
         assert self._selection is not None
-        identity = WorkspaceIdentity(
-            user=self.user.name, server=self.name or "", namespace=self.namespace, release=self.release_name
-        )
         return WorkspaceContext(
-            identity=identity,
+            identity=self._identity(),
             profile=self._selection.profile,
             catalog_version=self._catalog_version,
             ide=self._selection.ide,
@@ -212,11 +220,22 @@ class GPUWorkspaceSpawner(KubeSpawner):
 
     # --- start ---------------------------------------------------------------------------------
 
+    @property
+    def runtime(self) -> str:
+        """``container`` or ``vm``: from the selected profile, else from the state of the last start."""
+        if self._selection is not None:
+            return self._selection.profile.runtime
+        return str(self.workspace_state.get("runtime", "container"))
+
     async def _start(self) -> Any:
         await self.load_user_options()
+        if self.runtime == "vm":
+            return await self._start_vm_audited()
         await self._start_watching_pods()
         await self._ensure_home_disk()
+        await self._halt_workspace_vm()
         await self._remove_duplicate_pods()
+        await self._check_fencing(self.pvc_name, own_uids=frozenset())
         self._log_record("workspace-starting", "Pod", self.pod_name, "Starting the workspace")
         started = asyncio.get_running_loop().time()
         task = asyncio.ensure_future(super()._start())
@@ -226,7 +245,119 @@ class GPUWorkspaceSpawner(KubeSpawner):
             await self._audit("workspace-start-failed", "Pod", self.pod_name, f"{exc.reason}: {exc.message}")
             raise
         await self._audit("workspace-started", "Pod", self.pod_name, f"Workspace ready at {url}")
+        await self._record_last_node(((self._pod() or {}).get("spec") or {}).get("nodeName"))
         return url
+
+    async def _start_vm_audited(self) -> str:
+        name = self._vm_names().vm
+        self._log_record("workspace-starting", "VirtualMachine", name, "Starting the VM workspace")
+        try:
+            url = await self._start_vm()
+        except SpawnException as exc:
+            await self._audit(
+                "workspace-start-failed", "VirtualMachine", name, f"{exc.reason}: {exc.message}"
+            )
+            raise
+        await self._audit("workspace-started", "VirtualMachine", name, f"VM workspace ready at {url}")
+        vmi = self._cached("vmis", name) or {}
+        await self._record_last_node((vmi.get("status") or {}).get("nodeName"))
+        return url
+
+    async def _halt_workspace_vm(self) -> None:
+        """One active compute per workspace: a running VM of this workspace stops before a pod starts."""
+        names = vm_names(self._context().identity)
+        await self._start_vm_watchers()
+        vm = self._cached("vms", names.vm)
+        if vm is not None and (vm.get("spec") or {}).get("runStrategy") != "Halted":
+            await self._audit(
+                "duplicate-pod-removed", "VirtualMachine", names.vm, "Halting this workspace's VM"
+            )
+            await self._stop_vm(names)
+
+    async def _check_fencing(self, claim_name: str, *, own_uids: frozenset[str]) -> None:
+        """Refuse (reason 'fencing') to start compute on a disk another node may still write to."""
+        timeout = self.k8s_api_request_timeout
+        claim = self._claim() if claim_name == self.pvc_name and self.runtime == "container" else None
+        if claim is None:
+            try:
+                claim = await gateway.read_pvc(self.api, self.namespace, claim_name, request_timeout=timeout)
+            except NotFound:
+                return  # not provisioned yet: attached nowhere
+        shared = refuse_shared_disk(claim)
+        if shared:
+            raise SpawnException(shared, reason="disk", status_code=409)
+        pv_name = (claim.get("spec") or {}).get("volumeName")
+        attachments, nodes = (
+            await self._cluster_watch("volumeattachments"),
+            await self._cluster_watch("nodes"),
+        )
+        last_node = self._last_node()
+        if not pv_name or (
+            not attachments.attached(pv_name) and all(map(_is_ready_node, nodes.objects.values()))
+        ):
+            return  # the fast path: attached nowhere and every node reachable (read from watch caches)
+        pods = await custom.list_all_pods(self.namespace, request_timeout=timeout)
+        api = custom.custom_api()
+        vmis = await custom.list_namespaced(api, VM_INSTANCES, self.namespace, request_timeout=timeout)
+        verdict = decide_fencing(
+            claim=claim,
+            pv_name=pv_name,
+            attachments=attachments.attached(pv_name),
+            consumers=[*pods, *vmis],
+            nodes=await custom.list_nodes(request_timeout=timeout),
+            fences=await custom.list_cluster(api, NETWORK_FENCES, request_timeout=timeout),
+            own_uids=own_uids,
+            last_node=last_node,
+        )
+        message = f"{verdict.reason} Evidence: {json.dumps(verdict.evidence, sort_keys=True)}"
+        if verdict.action != "pass":
+            await self._audit("disk-refused", "PersistentVolumeClaim", claim_name, message, claim)
+            raise SpawnException(
+                f"Your disk may still be in use on another node, so it was not attached again: {verdict.reason}. "
+                "An administrator has been told what to check.",
+                reason="fencing",
+                log_message=f"fencing check refused {claim_name}: {verdict.reason}; admin: {verdict.admin_hint}",
+                status_code=409,
+            )
+        self._log_record(
+            "disk-adopted", "PersistentVolumeClaim", claim_name, f"fencing check passed: {message}"
+        )
+
+    def _disk_handle(self) -> dict[str, Any] | None:
+        """The object that carries the disk's state: the home claim, or the VM's root DataVolume."""
+        if self.runtime == "vm":
+            return self._cached("datavolumes", vm_names(self._identity()).disk)
+        return self._claim()
+
+    def _last_node(self) -> str | None:
+        handle = self._disk_handle() or {}
+        return ((handle.get("metadata") or {}).get("annotations") or {}).get(ANN_LAST_NODE)
+
+    async def _record_last_node(self, node: str | None) -> None:
+        """Remember where the disk is attached (one write, only when the node changes)."""
+        if not node or node == self._last_node():
+            return
+        patch = {"metadata": {"annotations": {ANN_LAST_NODE: node}}}
+        timeout = self.k8s_api_request_timeout
+        if self.runtime == "vm":
+            disk = vm_names(self._identity()).disk
+            await custom.patch(
+                custom.custom_api(), DATA_VOLUMES, self.namespace, disk, patch, request_timeout=timeout
+            )
+        else:
+            await gateway.patch_pvc(self.api, self.namespace, self.pvc_name, patch, request_timeout=timeout)
+
+    @classmethod
+    async def _cluster_watch(cls, kind: str) -> ClusterWatch:
+        if kind not in cls._cluster_watches:
+            api, method = (
+                ("StorageV1Api", "list_volume_attachment")
+                if kind == "volumeattachments"
+                else ("CoreV1Api", "list_node")
+            )
+            cls._cluster_watches[kind] = ClusterWatch(api, method, log)
+        await cls._cluster_watches[kind].first_load
+        return cls._cluster_watches[kind]
 
     async def _supervise(self, task: asyncio.Future[Any], started: float) -> Any:
         """Wait for KubeSpawner's start, failing early (with a reason) when the pod cannot come up."""
@@ -246,7 +377,18 @@ class GPUWorkspaceSpawner(KubeSpawner):
             if failure is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-                raise SpawnException(failure.message, reason=failure.reason)
+                holders = self._gpu_holders(failure.message) if failure.reason == "unschedulable" else ""
+                raise SpawnException(failure.message + holders, reason=failure.reason)
+
+    def _gpu_holders(self, message: str) -> str:
+        """Who holds the GPUs a refused start asked for, from the pod watch cache (no API calls)."""
+        match = re.search(r"Insufficient (nvidia\.com/[\w.\-]+)", message)
+        if match is None or self.pod_reflector is None:
+            return ""
+        pods = list(self.pod_reflector.pods.values())
+        resource = match.group(1).rstrip(".")  # "... Insufficient nvidia.com/gpu.shared. preemption: ..."
+        holders = describe_gpu_holders(pods, resource, exclude=self.pod_name)
+        return f". Currently held by: {holders}" if holders else ""
 
     def _start_result(self, task: asyncio.Future[Any]) -> Any:
         try:
@@ -343,7 +485,8 @@ class GPUWorkspaceSpawner(KubeSpawner):
         """Spawn progress from the claim, the pod and its events (local watch caches, no API calls)."""
         last = None
         while True:
-            step = build_progress(self._claim(), self._pod(), self.events)
+            vm = self.runtime == "vm"
+            step = self._vm_progress() if vm else build_progress(self._claim(), self._pod(), self.events)
             if (step.phase, step.message) != last:
                 last = (step.phase, step.message)
                 yield {"progress": step.percent, "message": step.message}
@@ -357,8 +500,19 @@ class GPUWorkspaceSpawner(KubeSpawner):
         if self._rejected:  # refused before any cluster write: nothing to clean up
             self._rejected = False
             return
+        if self.runtime == "vm":
+            names = vm_names(self._identity())
+            await self._stop_vm(names)
+            await self._audit("workspace-stopped", "VirtualMachine", names.vm, "VM stopped; root disk kept")
+            return
         await super().stop(now=now)
         await self._audit("workspace-stopped", "Pod", self.pod_name, "Workspace stopped; home disk kept")
+
+    async def poll(self) -> int | None:
+        if self.runtime == "vm":
+            return await self._poll_vm(vm_names(self._identity()))
+        result: int | None = await super().poll()
+        return result
 
     async def delete_forever(self) -> None:
         """Retain the home disk (never delete it): the reclaimer deletes it once retention ends."""
@@ -370,6 +524,9 @@ class GPUWorkspaceSpawner(KubeSpawner):
         patch = build_retain_patch(
             retain_until=until, now=now, why="server-deleted" if self.name else "user-deleted"
         )
+        if self.runtime == "vm":
+            await self._retain_vm_disk(patch, until)
+            return
         try:
             claim = await gateway.patch_pvc(
                 self.api, self.namespace, self.pvc_name, patch, request_timeout=self.k8s_api_request_timeout
@@ -380,16 +537,39 @@ class GPUWorkspaceSpawner(KubeSpawner):
         message = f"Home disk retained until {until:%Y-%m-%d %H:%M:%S} UTC"
         await self._audit("disk-retained", "PersistentVolumeClaim", self.pvc_name, message, claim)
 
+    async def _retain_vm_disk(self, patch: dict[str, Any], until: datetime) -> None:
+        """VM workspaces: the compute objects go, the root disk (DataVolume and its claim) is retained."""
+        names, api, timeout = vm_names(self._identity()), custom.custom_api(), self.k8s_api_request_timeout
+        try:
+            dv = await custom.patch(
+                api, DATA_VOLUMES, self.namespace, names.disk, patch, request_timeout=timeout
+            )
+        except NotFound:
+            dv = None
+        await custom.delete_unconditionally(
+            api, VIRTUAL_MACHINES, self.namespace, names.vm, request_timeout=timeout
+        )
+        await custom.delete_core(self.namespace, "service", names.service, request_timeout=timeout)
+        await custom.delete_core(self.namespace, "secret", names.secret, request_timeout=timeout)
+        if dv is not None:
+            message = (
+                f"Root disk retained until {until:%Y-%m-%d %H:%M:%S} UTC; VM, Service and Secret deleted"
+            )
+            await self._audit("disk-retained", "DataVolume", names.disk, message, dv)
+
     # --- state ---------------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
         state: dict[str, Any] = super().get_state()
         if self._selection is not None:
             state["gpuworkspace"] = {
+                "runtime": self._selection.profile.runtime,
                 "profile": self._selection.profile.slug,
                 "catalog_version": self._catalog_version,
                 "ide": self._selection.ide,
             }
+        elif self.workspace_state:
+            state["gpuworkspace"] = dict(self.workspace_state)
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -397,9 +577,11 @@ class GPUWorkspaceSpawner(KubeSpawner):
         self.workspace_state = dict(state.get("gpuworkspace") or {})
 
     def clear_state(self) -> None:
+        """Forget the last start, but keep the runtime: delete_forever (on a stopped server) needs it."""
         super().clear_state()
+        runtime = self.runtime
         self._selection, self._catalog_version, self._rejected = None, "", False
-        self.workspace_state = {}
+        self.workspace_state = {"runtime": runtime}
 
     # --- audit ---------------------------------------------------------------------------------
 
@@ -421,7 +603,7 @@ class GPUWorkspaceSpawner(KubeSpawner):
         )
 
     def _log_record(self, action: Action, kind: str, name: str, message: str) -> None:
-        log_audit(self._record(action, kind, name, message), now=datetime.now(UTC))
+        log_audit(self._record(action, kind, name, message), now=datetime.now(UTC), logger=self.log)
 
     async def _audit(
         self, action: Action, kind: str, name: str, message: str, obj: dict[str, Any] | None = None
@@ -429,7 +611,7 @@ class GPUWorkspaceSpawner(KubeSpawner):
         """Log the record; write it as an Event too when ``audit_events`` asks (failures only logged)."""
         record = self._record(action, kind, name, message, obj)
         now = datetime.now(UTC)
-        log_audit(record, now=now)
+        log_audit(record, now=now, logger=self.log)
         disk_record = kind == "PersistentVolumeClaim" or action == "duplicate-pod-removed"
         if self.audit_events == "none" or (self.audit_events == "disk" and not disk_record):
             return
@@ -440,6 +622,11 @@ class GPUWorkspaceSpawner(KubeSpawner):
             )
         except KubernetesError as exc:
             self.log.warning("Could not record audit event %s for %s: %s", action, name, exc)
+
+
+def _is_ready_node(node: dict[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _options_applied_at_start(spawner: GPUWorkspaceSpawner, user_options: Any) -> None:

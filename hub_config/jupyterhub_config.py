@@ -21,6 +21,7 @@ GPUWS_DATA_DIR         where jupyterhub.sqlite, the cookie secret  ``<repo>/.sta
 GPUWS_SPAWNER          ``gpuworkspace`` (this project's spawner)   ``gpuworkspace``
                        or ``kubespawner`` (plain KubeSpawner with
                        an equivalent profile list)
+GPUWS_DISKS_PORT       the disk admin service's port (loopback)    ``10101``
 JUPYTERHUB_CRYPT_KEY   when set, auth state (the OIDC tokens) is   unset: auth state is not kept
                        stored encrypted with this key
 =====================  ==========================================  ===============================
@@ -249,6 +250,65 @@ def _use_gpuworkspace() -> None:
 
     load_catalog_or_exit(str(CATALOG))
     c.GPUWorkspaceSpawner.retention_days = 30  # how long a deleted workspace's disk is kept
+    _register_disk_service()
+    _register_reclaimer()
+
+
+def _register_disk_service() -> None:
+    """The disk admin API (docs/reference/disk-api.md) as a managed service at /services/gpuworkspace-disks/.
+
+    Least privilege: the service gets no hub scopes at all. It identifies callers by asking the hub
+    about *their* token and authorizes from that token's scopes (admin:servers for changes, read:servers
+    for reading a user's disks). Users get access:services for it only so that a browser can log in to it
+    with OAuth; the API itself works with any hub API token.
+    """
+    port = int(_env("GPUWS_DISKS_PORT", "10101"))
+    service = {
+        "name": "gpuworkspace-disks",
+        "url": f"http://127.0.0.1:{port}",
+        "command": [
+            sys.executable,
+            "-m",
+            "gpuworkspace_spawner.services.disks.app",
+            "--namespace",
+            "gpu-workspaces",
+            "--catalog",
+            str(CATALOG),
+            # the devcluster's kubelets serve plain HTTP; real kubelets need https (the default)
+            "--kubelet-scheme",
+            "http",
+        ],
+        "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
+        "oauth_no_confirm": True,
+    }
+    c.JupyterHub.services = [*(c.JupyterHub.services if "services" in c.JupyterHub else []), service]
+    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
+    user_role = next((r for r in roles if r.get("name") == "user"), None)
+    if user_role is None:
+        user_role = {"name": "user", "scopes": ["self"]}
+        roles.append(user_role)
+    user_role["scopes"] = [*user_role["scopes"], "access:services!service=gpuworkspace-disks"]
+    c.JupyterHub.load_roles = roles
+
+
+def _register_reclaimer() -> None:
+    """gpuworkspace-reclaimer as a managed service (no HTTP): deletes retained disks after retention.
+
+    It talks only to Kubernetes (list/watch/delete persistentvolumeclaims and datavolumes, list pods,
+    create events in the workspace namespace), never to the hub, so it gets no hub scopes.
+    """
+    service = {
+        "name": "gpuworkspace-reclaimer",
+        "command": [
+            sys.executable,
+            "-m",
+            "gpuworkspace_spawner.services.reclaimer",
+            "--namespace",
+            "gpu-workspaces",
+        ],
+        "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
+    }
+    c.JupyterHub.services = [*(c.JupyterHub.services if "services" in c.JupyterHub else []), service]
 
 
 if SPAWNER == "kubespawner":

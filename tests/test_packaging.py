@@ -126,6 +126,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(tmp_path, f"{pkg}/lifecycle/fencing.py", "from gpuworkspace_spawner import k8s\n")
     _write(tmp_path, f"{pkg}/k8s/client.py", "import gpuworkspace_spawner.spawner\n")
     _write(tmp_path, f"{pkg}/spawner.py", "import kubernetes_asyncio\n")
+    _write(tmp_path, f"{pkg}/vmruntime.py", "")
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(

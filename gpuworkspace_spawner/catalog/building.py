@@ -25,6 +25,8 @@ from .model import (
     Session,
     SharedMount,
     Storage,
+    VmGpu,
+    VmSpec,
     WorkspaceProfile,
 )
 from .units import parse_duration
@@ -93,6 +95,7 @@ def _storage(spec: Mapping[str, Any]) -> Storage:
             storage_class=home.get("class"),
             mount_path=home.get("mountPath", defaults.mount_path),
             access_mode=cast(HomeAccessMode, home.get("accessMode", defaults.access_mode)),
+            max_size=quantity_text(home["maxSize"]) if "maxSize" in home else None,
         ),
         scratch=ScratchStorage(
             size_limit=quantity_text(scratch["sizeLimit"]) if "sizeLimit" in scratch else None,
@@ -130,6 +133,25 @@ def _security(spec: Mapping[str, Any]) -> Security:
     )
 
 
+def build_vm(spec: Mapping[str, Any]) -> VmSpec:
+    """The ``vm`` section (schema-valid) as a VmSpec."""
+    disk = spec.get("rootDisk", {})
+    cpu = spec["cpu"]
+    defaults = VmSpec(data_source_name="", data_source_namespace="", cores=1, guest_memory="1Gi")
+    return VmSpec(
+        data_source_name=spec["dataSource"]["name"],
+        data_source_namespace=spec["dataSource"]["namespace"],
+        cores=cpu["cores"],
+        sockets=cpu.get("sockets", defaults.sockets),
+        threads=cpu.get("threads", defaults.threads),
+        guest_memory=quantity_text(spec["memory"]["guest"]),
+        root_disk_size=quantity_text(disk.get("size", defaults.root_disk_size)),
+        root_disk_class=disk.get("class"),
+        root_disk_max_size=quantity_text(disk["maxSize"]) if "maxSize" in disk else None,
+        gpus=tuple(VmGpu(name=g["name"], device_name=g["deviceName"]) for g in spec.get("gpus", [])),
+    )
+
+
 def build_profile(body: Mapping[str, Any], pools: Mapping[str, NodePool], source: str) -> WorkspaceProfile:
     spec = body["spec"]
     placement = spec.get("placement", {})
@@ -138,7 +160,7 @@ def build_profile(body: Mapping[str, Any], pools: Mapping[str, NodePool], source
     return WorkspaceProfile(
         slug=body["metadata"]["name"],
         display_name=spec["displayName"],
-        image=spec["image"],
+        image=spec.get("image"),
         description=spec.get("description", ""),
         runtime=cast(Runtime, spec.get("runtime", "container")),
         resources=_resources(spec.get("resources", {})),
@@ -154,6 +176,6 @@ def build_profile(body: Mapping[str, Any], pools: Mapping[str, NodePool], source
         access=Access(groups=frozenset(access.get("groups", [])), users=frozenset(access.get("users", []))),
         cost_center=spec.get("costCenter"),
         default=spec.get("default", False),
-        vm=spec.get("vm"),
+        vm=build_vm(spec["vm"]) if "vm" in spec else None,
         source=source,
     )

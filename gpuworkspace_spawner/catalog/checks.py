@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from .building import default_ide, quantity_text
+from .model import HomeStorage, VmSpec
 from .units import (
     GPU_RESOURCE,
     IMAGE_DIGEST_RE,
@@ -43,7 +44,19 @@ class CatalogSettings:
     node_pools: frozenset[str] = frozenset()
 
 
+def _is_vm(spec: Mapping[str, Any]) -> bool:
+    return bool(spec.get("runtime") == "vm")
+
+
 def check_image(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
+    if _is_vm(spec):
+        return  # a VM boots from vm.dataSource; check_vm_fields refuses an image
+    if "image" not in spec:
+        yield (
+            "spec.image",
+            "required field is missing: a container profile needs an image (repo@sha256:<digest>)",
+        )
+        return
     image = spec["image"]
     if not IMAGE_REFERENCE_RE.match(image):
         yield "spec.image", f"{image!r} is not a valid image reference (registry/repository@sha256:<64 hex>)"
@@ -123,6 +136,8 @@ def check_requests_within_limits(spec: Mapping[str, Any], settings: CatalogSetti
 
 
 def check_gpu_mode(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
+    if _is_vm(spec):
+        return  # check_vm_gpus: a VM's GPUs are passthrough devices, not resources
     resources = spec.get("resources", {})
     names = sorted({n for s in ("requests", "limits") for n in resources.get(s, {}) if is_gpu_resource(n)})
     mode = spec.get("placement", {}).get("gpuMode", "none")
@@ -193,13 +208,21 @@ def check_mounts(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator
             yield f"spec.storage.{section}.subPath", "must be relative and must not contain '..'"
 
 
+_AT_LEAST_1GI = {"spec.storage.home.size": "a home volume", "spec.vm.rootDisk.size": "a root disk"}
+
+
 def check_sizes(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
     storage = spec.get("storage", {})
+    home = storage.get("home", {})
+    disk = spec.get("vm", {}).get("rootDisk") or {}
     sizes = {
-        "spec.storage.home.size": storage.get("home", {}).get("size"),
+        "spec.storage.home.size": home.get("size"),
+        "spec.storage.home.maxSize": home.get("maxSize"),
         "spec.storage.scratch.sizeLimit": storage.get("scratch", {}).get("sizeLimit"),
         "spec.storage.shm.sizeLimit": storage.get("shm", {}).get("sizeLimit"),
-        "spec.vm.rootDisk.size": (spec.get("vm", {}).get("rootDisk") or {}).get("size"),
+        "spec.vm.rootDisk.size": disk.get("size"),
+        "spec.vm.rootDisk.maxSize": disk.get("maxSize"),
+        "spec.vm.memory.guest": (spec.get("vm", {}).get("memory") or {}).get("guest"),
     }
     for field, value in sizes.items():
         if value is None:
@@ -209,10 +232,25 @@ def check_sizes(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[
         except ValueError:
             yield field, f"{quantity_text(value)!r} is not a Kubernetes quantity (like 10Gi)"
             continue
-        if field == "spec.storage.home.size" and amount < MIN_HOME_BYTES:
-            yield field, f"{value!r} is too small for a home volume; use at least 1Gi"
+        if field in _AT_LEAST_1GI and amount < MIN_HOME_BYTES:
+            yield field, f"{value!r} is too small for {_AT_LEAST_1GI[field]}; use at least 1Gi"
         elif amount <= 0:
             yield field, "must be more than 0"
+    yield from _max_size("spec.storage.home", home, HomeStorage().size)
+    yield from _max_size("spec.vm.rootDisk", disk, VmSpec("", "", 1, "1Gi").root_disk_size)
+
+
+def _max_size(where: str, disk: Mapping[str, Any], default_size: str) -> Iterator[Finding]:
+    """``maxSize`` (the resize limit) must not be below ``size``."""
+    if "maxSize" not in disk:
+        return
+    size, limit = quantity_text(disk.get("size", default_size)), quantity_text(disk["maxSize"])
+    try:
+        below = parse_quantity(limit) < parse_quantity(size)
+    except ValueError:
+        return  # reported above
+    if below:
+        yield f"{where}.maxSize", f"{limit!r} is below the size ({size!r}); the disk could never be resized"
 
 
 def _seconds(text: str) -> int | None:
@@ -271,6 +309,123 @@ def check_ide(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Fi
             yield "spec.ide.default", f"{default!r} is not one of the choices {list(choices)}"
 
 
+_NOT_FOR_VM: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("image",), "a VM boots from its root disk, cloned from vm.dataSource; remove image"),
+    (
+        ("storage", "home"),
+        "a VM's root disk is its home (/etc, /opt, /usr/local and /home are all kept on it); "
+        "size it with vm.rootDisk.size",
+    ),
+    (("storage", "scratch"), "a VM has no node-local scratch volume; everything is on its root disk"),
+    (("storage", "shm"), "a VM's /dev/shm is part of its guest memory (vm.memory.guest)"),
+    (("storage", "datasets"), "shared mounts are not available to VMs yet"),
+    (("storage", "models"), "shared mounts are not available to VMs yet"),
+    (("storage", "teamDirectories"), "shared mounts are not available to VMs yet"),
+    (("placement", "runtimeClassName"), "a VM runs in KubeVirt's virt-launcher pod, not a RuntimeClass"),
+    (("security", "runAsUser"), "the user is root inside their VM; the uid applies to containers"),
+    (("security", "runAsGroup"), "the user is root inside their VM; the gid applies to containers"),
+    (("security", "fsGroup"), "a VM's root disk is not mounted with a group; it applies to containers"),
+    (("security", "serviceAccountToken"), "a VM never gets a Kubernetes service account token"),
+)
+
+
+def _present(spec: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    node: Any = spec
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def check_vm_fields(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
+    """Container-only fields are refused for a VM rather than silently ignored."""
+    if not _is_vm(spec):
+        return
+    for path, why in _NOT_FOR_VM:
+        if _present(spec, path):
+            yield "spec." + ".".join(path), f"not used with runtime: vm: {why}"
+
+
+def check_vm_gpus(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
+    """A VM gets whole GPUs by PCI passthrough (gpuMode exclusive with vm.gpus), or none."""
+    if not _is_vm(spec):
+        return
+    mode = spec.get("placement", {}).get("gpuMode", "none")
+    gpus = (spec.get("vm") or {}).get("gpus", [])
+    if mode in ("mig", "time-sliced"):
+        yield (
+            "spec.placement.gpuMode",
+            f"{mode} is for containers; a VM gets whole GPUs by passthrough (gpuMode: exclusive with "
+            "vm.gpus) or none",
+        )
+    elif mode == "exclusive" and not gpus:
+        yield "spec.vm.gpus", "gpuMode exclusive needs at least one passthrough GPU in vm.gpus"
+    elif mode == "none" and gpus:
+        yield (
+            "spec.placement.gpuMode",
+            "the VM has passthrough GPUs (vm.gpus) but gpuMode is none; set exclusive",
+        )
+    names: set[str] = set()
+    for index, gpu in enumerate(gpus):
+        if gpu["name"] in names:
+            yield f"spec.vm.gpus[{index}].name", f"{gpu['name']!r} is used twice"
+        names.add(gpu["name"])
+
+
+def check_vm_resources(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
+    """A VM's resources are its virt-launcher's cpu and memory, set against the guest's shape."""
+    if not _is_vm(spec):
+        return
+    resources = spec.get("resources", {})
+    for section in ("requests", "limits"):
+        for name in resources.get(section, {}):
+            if name not in ("cpu", "memory"):
+                yield (
+                    f"spec.resources.{section}.{name}",
+                    "a VM's resources are cpu and memory only; its GPUs are passthrough devices in vm.gpus",
+                )
+    vm = spec.get("vm")
+    if not isinstance(vm, Mapping) or "cpu" not in vm or "memory" not in vm:
+        return
+    cpu = vm["cpu"]
+    vcpus = cpu["cores"] * cpu.get("sockets", 1) * cpu.get("threads", 1)
+    yield from _vm_amount(
+        resources, ("requests", "cpu"), Decimal(vcpus), f"the VM's {vcpus} vCPUs", above=True
+    )
+    guest = quantity_text(vm["memory"]["guest"])
+    try:
+        guest_bytes = parse_quantity(guest)
+    except ValueError:
+        return  # check_sizes reports it
+    yield from _vm_amount(
+        resources, ("limits", "memory"), guest_bytes, f"the guest memory ({guest})", above=False
+    )
+
+
+def _vm_amount(
+    resources: Mapping[str, Any], where: tuple[str, str], bound: Decimal, what: str, *, above: bool
+) -> Iterator[Finding]:
+    section, name = where
+    if name not in resources.get(section, {}):
+        return
+    text = quantity_text(resources[section][name])
+    try:
+        amount = parse_quantity(text)
+    except ValueError:
+        return  # check_quantities reports it
+    if above and amount > bound:
+        yield (
+            f"spec.resources.{section}.{name}",
+            f"{text!r} is more than {what}; the guest could never use it",
+        )
+    elif not above and amount < bound:
+        yield (
+            f"spec.resources.{section}.{name}",
+            f"{text!r} is below {what}; KubeVirt refuses a VM whose memory limit is below its guest memory",
+        )
+
+
 CHECKS: tuple[Callable[[Mapping[str, Any], CatalogSettings], Iterator[Finding]], ...] = (
     check_image,
     check_runtime,
@@ -283,6 +438,9 @@ CHECKS: tuple[Callable[[Mapping[str, Any], CatalogSettings], Iterator[Finding]],
     check_durations,
     check_session,
     check_ide,
+    check_vm_fields,
+    check_vm_gpus,
+    check_vm_resources,
 )
 
 

@@ -67,6 +67,7 @@ class HomeStorage:
     storage_class: str | None = None  # None: the cluster's default StorageClass
     mount_path: str = "/home/jovyan"
     access_mode: HomeAccessMode = "ReadWriteOnce"
+    max_size: str | None = None  # the most an admin may resize the disk to; None: no limit set
 
 
 @dataclass(frozen=True)
@@ -134,10 +135,44 @@ class Access:
 
 
 @dataclass(frozen=True)
+class VmGpu:
+    """One passthrough GPU of a VM: KubeVirt's ``devices.gpus`` entry (``deviceName`` as the device plugin names it)."""
+
+    name: str
+    device_name: str  # e.g. nvidia.com/GH100_H100_SXM5_80GB
+
+
+@dataclass(frozen=True)
+class VmSpec:
+    """A ``runtime: vm`` profile's machine: the root disk cloned from a CDI DataSource, the guest's shape.
+
+    The root disk is the VM's home: everything the user installs (``/etc``, ``/opt``, ``/usr/local``, apt)
+    stays on it. ``resources`` of the profile are the virt-launcher pod's requests and limits; the guest
+    sees ``cores * sockets * threads`` vCPUs and ``guest_memory`` whatever was requested (requests without
+    limits: "guaranteed 2, burst to 8", seed 001 §6).
+    """
+
+    data_source_name: str
+    data_source_namespace: str
+    cores: int
+    guest_memory: str  # a quantity, e.g. 32Gi
+    sockets: int = 1
+    threads: int = 1
+    root_disk_size: str = "40Gi"  # at least the golden image's size (CDI refuses a smaller clone)
+    root_disk_class: str | None = None  # None: the cluster's default StorageClass
+    root_disk_max_size: str | None = None  # the most an admin may resize the root disk to
+    gpus: tuple[VmGpu, ...] = ()
+
+    @property
+    def vcpus(self) -> int:
+        return self.cores * self.sockets * self.threads
+
+
+@dataclass(frozen=True)
 class WorkspaceProfile:
     slug: str  # metadata.name: DNS-1123 label, stable key stored with each server
     display_name: str
-    image: str
+    image: str | None = None  # required for runtime: container; a VM boots from vm.data_source instead
     description: str = ""
     runtime: Runtime = "container"
     resources: Resources = field(default_factory=Resources)
@@ -149,7 +184,7 @@ class WorkspaceProfile:
     access: Access = field(default_factory=Access)
     cost_center: str | None = None
     default: bool = False
-    vm: Mapping[str, Any] | None = None  # runtime: vm settings (validated by the schema, used by VM mode)
+    vm: VmSpec | None = None  # set exactly when runtime is vm
     source: str = ""  # the file the profile came from, for error messages and audit
 
 

@@ -13,9 +13,9 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from .model import Catalog, GpuMode, Ide, WorkspaceProfile
+from .model import Catalog, GpuMode, Ide, VmSpec, WorkspaceProfile
 from .options import accessible_profiles, default_profile_for
-from .units import format_duration
+from .units import format_duration, parse_quantity
 
 IDE_NAMES: dict[Ide, str] = {"code-server": "VS Code (code-server)", "jupyterlab": "JupyterLab"}
 _GPU_MODE_TEXT: dict[GpuMode, str] = {
@@ -111,17 +111,82 @@ def _session(profile: WorkspaceProfile) -> str:
     return "; ".join(parts) if parts else "no automatic stop"
 
 
+def _vm_lines(profile: WorkspaceProfile, vm: VmSpec) -> list[str]:
+    """Runtime, GPU, resources, kept and wiped for a ``runtime: vm`` profile."""
+    disk = _text(vm.root_disk_size)
+    return [
+        _line(
+            "Runtime",
+            "a whole Linux VM, with root inside it: everything you install (<code>/etc</code>, "
+            f"<code>/opt</code>, <code>/usr/local</code>, apt) is kept on your root disk ({disk})",
+        ),
+        _line("GPU", _vm_gpus(vm)),
+        _line("Resources", _vm_resources(profile, vm)),
+        _line(
+            "Kept",
+            f"the whole root disk ({disk}, home included) survives stopping the VM and deleting the "
+            "server, until the retention period ends",
+        ),
+        _line("Wiped", "memory and running programs: stopping the workspace shuts the VM down"),
+    ]
+
+
+def _vm_gpus(vm: VmSpec) -> str:
+    if not vm.gpus:
+        return _text(describe_gpu_mode("none"))
+    counts: dict[str, int] = {}
+    for gpu in vm.gpus:
+        counts[gpu.device_name] = counts.get(gpu.device_name, 0) + 1
+    cards = ", ".join(f"{n} &times; <code>{_text(name)}</code>" for name, n in counts.items())
+    return (
+        f"{cards} by PCI passthrough: whole cards inside your VM, with their own driver, all of their "
+        "memory, and full isolation from other users. Billed per card-hour while the VM runs, busy or not."
+    )
+
+
+def _vm_resources(profile: WorkspaceProfile, vm: VmSpec) -> str:
+    requests, limits = profile.resources.requests, profile.resources.limits
+    memory = f"{_text(vm.guest_memory)} memory"
+    if requests.get("memory") and not _same(requests["memory"], vm.guest_memory):
+        memory += f" ({_text(requests['memory'])} guaranteed: under memory pressure the VM may be stopped)"
+    return f"{_vm_cpu(vm, requests.get('cpu'), limits.get('cpu'))}; {memory}"
+
+
+def _vm_cpu(vm: VmSpec, request: str | None, limit: str | None) -> str:
+    """ "8 vCPUs, 2 guaranteed, bursting when the node is idle" (seed 001 §6)."""
+    vcpus = f"{vm.vcpus} vCPU{'s' if vm.vcpus != 1 else ''}"
+    if request and _same(request, str(vm.vcpus)):
+        return f"{vcpus}, all guaranteed"
+    parts = [vcpus]
+    if request:
+        parts.append(f"{_text(request)} guaranteed")
+    parts.append(
+        f"bursting up to {_text(limit)} CPU when the node is idle"
+        if limit
+        else "bursting when the node is idle"
+    )
+    return ", ".join(parts)
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return parse_quantity(a) == parse_quantity(b)
+    except ValueError:
+        return a == b
+
+
 def build_card(profile: WorkspaceProfile) -> str:
     """The HTML card shown under the profile's name on the spawn form."""
     lines = []
     if profile.description:
         lines.append(f'<span class="gpuws-card-description">{_text(profile.description)}</span>')
-    if profile.runtime == "vm":
-        lines.append(_line("Runtime", "a virtual machine with its own kernel (root inside the VM)"))
-    lines.append(_line("GPU", _text(describe_gpu_mode(profile.placement.gpu_mode))))
-    lines.append(_line("Resources", _resources(profile)))
-    lines.append(_line("Kept", _kept(profile)))
-    lines.append(_line("Wiped", _wiped(profile)))
+    if profile.vm is not None:
+        lines.extend(_vm_lines(profile, profile.vm))
+    else:
+        lines.append(_line("GPU", _text(describe_gpu_mode(profile.placement.gpu_mode))))
+        lines.append(_line("Resources", _resources(profile)))
+        lines.append(_line("Kept", _kept(profile)))
+        lines.append(_line("Wiped", _wiped(profile)))
     shared = _shared(profile)
     if shared:
         lines.append(_line("Shared data", shared))

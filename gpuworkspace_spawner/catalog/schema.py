@@ -125,6 +125,7 @@ STORAGE: dict[str, Any] = _obj(
                 "size": QUANTITY,
                 "mountPath": MOUNT_PATH,
                 "accessMode": {"enum": ["ReadWriteOnce", "ReadWriteOncePod"]},
+                "maxSize": QUANTITY,
             }
         ),
         "scratch": _obj(
@@ -154,15 +155,33 @@ IDE: dict[str, Any] = {
     "errorMessage": "{value} is not an editor: use code-server or jupyterlab, or {default: ..., choices: [...]}",
 }
 NAMES: dict[str, Any] = {"type": "array", "items": _string(256), "uniqueItems": True, "maxItems": 1000}
-VM: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "dataSource": _obj({"name": DNS_LABEL, "namespace": DNS_LABEL}, required=("name", "namespace")),
-        "rootDisk": _obj({"size": QUANTITY, "class": {"type": "string", "pattern": DNS_SUBDOMAIN_PATTERN}}),
-    },
-    "required": ["dataSource"],
-    "additionalProperties": True,
+COUNT: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 1024}
+DEVICE_NAME: dict[str, Any] = {
+    "type": "string",
+    "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+    "maxLength": 253,
+    "errorMessage": "{value} is not a device resource name (like nvidia.com/GH100_H100_SXM5_80GB)",
 }
+VM: dict[str, Any] = _obj(
+    {
+        "dataSource": _obj({"name": DNS_LABEL, "namespace": DNS_LABEL}, required=("name", "namespace")),
+        "rootDisk": _obj(
+            {
+                "size": QUANTITY,
+                "class": {"type": "string", "pattern": DNS_SUBDOMAIN_PATTERN},
+                "maxSize": QUANTITY,
+            }
+        ),
+        "cpu": _obj({"cores": COUNT, "sockets": COUNT, "threads": COUNT}, required=("cores",)),
+        "memory": _obj({"guest": QUANTITY}, required=("guest",)),
+        "gpus": {
+            "type": "array",
+            "items": _obj({"name": DNS_LABEL, "deviceName": DEVICE_NAME}, required=("name", "deviceName")),
+            "maxItems": 16,
+        },
+    },
+    required=("dataSource", "cpu", "memory"),
+)
 NON_NEGATIVE_ID: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 2147483647}
 NOT_ROOT = "{value}: workspaces never run as root (uid 0); use an integer uid of 1 or more"
 
@@ -209,7 +228,7 @@ PROFILE_SPEC: dict[str, Any] = _obj(
         "default": {"type": "boolean"},
         "vm": VM,
     },
-    required=("displayName", "image"),
+    required=("displayName",),  # image: required for runtime container (checks.check_image)
 )
 
 METADATA: dict[str, Any] = _obj({"name": DNS_LABEL}, required=("name",))

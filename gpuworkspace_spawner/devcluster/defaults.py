@@ -178,10 +178,16 @@ def apply_update_defaults(rt: ResourceType, obj: Obj) -> None:
             _container_defaults(c)
 
 
-class ClusterIPAllocator:
-    """Allocates service IPs from 10.96.0.0/12, like the default service CIDR."""
+# The devcluster's --service-cluster-ip-range. Loopback, so that the host can reach ClusterIPs (the
+# simulation's kube-proxy listens on them, sim/serviceproxy.py); clients treat the IP as opaque, as they
+# must on any cluster (each picks its own range; kubeadm's default is 10.96.0.0/12).
+SERVICE_CIDR = "127.96.0.0/16"
 
-    def __init__(self, cidr: str = "10.96.0.0/12", used: set[str] | None = None) -> None:
+
+class ClusterIPAllocator:
+    """Allocates service IPs from the service range (:data:`SERVICE_CIDR`), skipping ``used`` ones."""
+
+    def __init__(self, cidr: str = SERVICE_CIDR, used: set[str] | None = None) -> None:
         self._net = ipaddress.ip_network(cidr)
         self._used = set(used or ())
         self._next = 10  # .1 is kubernetes.default

@@ -52,14 +52,18 @@ _BY_STATUS: dict[int, type[KubernetesError]] = {404: NotFound, 409: Conflict, 40
 
 
 def map_api_exception(exc: ApiException) -> KubernetesError:
-    status = int(exc.status or 0)
-    message, reason = str(exc.reason or ""), str(exc.reason or "")
-    if exc.body:
+    return error_for_status(int(exc.status or 0), exc.body, str(exc.reason or ""))
+
+
+def error_for_status(status: int, body: bytes | str | None, reason: str = "") -> KubernetesError:
+    """Our error for an API answer with a non-2xx ``status`` and its (Status object) ``body``."""
+    message = reason
+    if body:
         try:
-            body = json.loads(exc.body)
-            message, reason = body.get("message", message), body.get("reason", reason)
+            decoded = json.loads(body)
+            message, reason = decoded.get("message", message), decoded.get("reason", reason)
         except (ValueError, AttributeError):
-            message = str(exc.body)[:500]
+            message = (body.decode(errors="replace") if isinstance(body, bytes) else str(body))[:500]
     cls = _BY_STATUS.get(
         status, Unavailable if status in (0, _TOO_MANY_REQUESTS) or status >= _SERVER_ERROR else None
     )

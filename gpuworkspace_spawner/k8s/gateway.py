@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes_asyncio import client, config, watch
 
-from .errors import api_errors
+from .errors import api_errors, error_for_status
 
 Obj = dict[str, Any]
 # kubernetes_asyncio.client.CoreV1Api: its annotations want model objects as bodies, we send API dicts.
@@ -38,11 +38,17 @@ def to_model(api: Api, obj: Obj, kind: str) -> Any:
 
 
 async def _json(coro: Any) -> Obj:
-    """Await a ``_preload_content=False`` call and decode the body."""
+    """Await a ``_preload_content=False`` call and decode the body; a non-2xx answer raises our error.
+
+    (With ``_preload_content=False`` the client library returns error answers instead of raising.)
+    """
     with api_errors():
         response = await coro
-        result: Obj = json.loads(await response.read())
-        return result
+        body = await response.read()
+    if not 200 <= response.status <= 299:  # noqa: PLR2004 - the 2xx range
+        raise error_for_status(response.status, body, str(response.reason or ""))
+    result: Obj = json.loads(body)
+    return result
 
 
 async def create_pvc(api: Api, namespace: str, body: Obj, *, request_timeout: float) -> Obj:

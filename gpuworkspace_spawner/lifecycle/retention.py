@@ -20,6 +20,7 @@ from gpuworkspace_spawner.manifests.names import (
     ANN_USERNAME,
     DISK_HOME,
     DISK_RETAINED,
+    DISK_ROOT,
     LABEL_DISK,
     LABEL_DISK_STATE,
     LABEL_USER,
@@ -94,8 +95,8 @@ def decide_reclaim(pvc: Mapping[str, Any], *, now: datetime, in_use: bool) -> Re
     meta = _meta(pvc)
     name = meta.get("name", "?")
     labels = meta.get("labels") or {}
-    if labels.get(LABEL_DISK) != DISK_HOME:
-        return ReclaimVerdict("keep", f"claim {name} is not a workspace home disk")
+    if labels.get(LABEL_DISK) not in (DISK_HOME, DISK_ROOT):  # a container home or a VM root disk
+        return ReclaimVerdict("keep", f"claim {name} is not a workspace disk")
     if labels.get(LABEL_DISK_STATE) != DISK_RETAINED:
         return ReclaimVerdict("keep", f"claim {name} is not labelled {LABEL_DISK_STATE}={DISK_RETAINED}")
     if meta.get("deletionTimestamp"):

@@ -26,8 +26,10 @@ LABEL_RUNTIME = _PREFIX + "runtime"
 LABEL_NETWORK_PROFILE = _PREFIX + "network-profile"
 LABEL_DISK = _PREFIX + "disk"
 LABEL_DISK_STATE = _PREFIX + "disk-state"
+LABEL_VM = _PREFIX + "vm"  # on a VM's template: the virt-launcher pod's label its Service selects
 
 DISK_HOME = "home"
+DISK_ROOT = "root"  # a VM's root disk (DataVolume and its PVC)
 DISK_ACTIVE = "active"
 DISK_RETAINED = "retained"
 
@@ -37,6 +39,7 @@ ANN_PROFILE = _PREFIX + "profile"
 ANN_CATALOG_VERSION = _PREFIX + "catalog-version"
 ANN_IDE = _PREFIX + "ide"
 ANN_RETAIN_UNTIL = _PREFIX + "retain-until"
+ANN_LAST_NODE = _PREFIX + "last-node"  # where the disk was last attached: a fencing-check input
 ANN_RETAINED_AT = _PREFIX + "retained-at"
 ANN_RETAINED_BY = _PREFIX + "retained-by"
 

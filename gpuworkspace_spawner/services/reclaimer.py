@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..audit import AuditRecord, build_audit_event, log_audit
-from ..k8s import Conflict, KubernetesError, NotFound, gateway
+from ..k8s import Conflict, KubernetesError, NotFound, custom, gateway
+from ..k8s.custom import DATA_VOLUMES
 from ..lifecycle.retention import decide_reclaim
 from ..manifests.names import (
     ANN_SERVERNAME,
@@ -33,6 +34,8 @@ from ..manifests.names import (
 
 log = logging.getLogger("gpuworkspace.reclaimer")
 RETAINED_SELECTOR = f"{LABEL_DISK}={DISK_HOME},{LABEL_DISK_STATE}={DISK_RETAINED}"
+# VM root disks: the DataVolume is the handle (CDI owns the claim and deletes it with the DataVolume).
+RETAINED_ROOT_SELECTOR = f"{LABEL_DISK}=root,{LABEL_DISK_STATE}={DISK_RETAINED}"
 RESYNC_S = 3600
 
 
@@ -58,13 +61,39 @@ def claims_in_use(pods: Iterable[Mapping[str, Any]]) -> set[str]:
 
 
 async def reclaim_once(
-    api: Any, namespace: str, *, now: datetime, dry_run: bool = False, request_timeout: float = 30
+    api: Any,
+    namespace: str,
+    *,
+    now: datetime,
+    dry_run: bool = False,
+    request_timeout: float = 30,
+    custom_api: Any = None,
 ) -> tuple[list[Outcome], str]:
-    """One pass; returns the outcomes and the claim list's resourceVersion (to watch from)."""
+    """One pass over retained home claims and VM root disks; the outcomes and the claims' resourceVersion."""
+    custom_api = custom_api or custom.CustomObjectsApi(api.api_client)
     listed = await gateway.list_pvcs(api, namespace, RETAINED_SELECTOR, request_timeout=request_timeout)
     pods = await gateway.list_pods(api, namespace, "", request_timeout=request_timeout)
     in_use = claims_in_use(pods["items"])
     outcomes = []
+    data_volumes = await custom.list_namespaced(
+        custom_api,
+        DATA_VOLUMES,
+        namespace,
+        label_selector=RETAINED_ROOT_SELECTOR,
+        request_timeout=request_timeout,
+    )
+    for dv in data_volumes:
+        name = dv["metadata"]["name"]
+        verdict = decide_reclaim(dv, now=now, in_use=name in in_use)
+        if verdict.action != "delete" or dry_run:
+            action = "kept" if verdict.action != "delete" else "would-delete"
+            outcomes.append(Outcome(name, action, verdict.reason, verdict.retain_until))
+        else:
+            outcomes.append(
+                await _delete(
+                    api, namespace, dv, verdict.reason, verdict.retain_until, request_timeout, custom_api
+                )
+            )
     for claim in listed["items"]:
         name = claim["metadata"]["name"]
         verdict = decide_reclaim(claim, now=now, in_use=name in in_use)
@@ -86,17 +115,26 @@ async def _delete(
     reason: str,
     until: datetime | None,
     request_timeout: float,
+    custom_api: Any = None,
 ) -> Outcome:
+    """Delete a retained claim, or a retained root-disk DataVolume (CDI deletes its claim with it)."""
     meta = claim["metadata"]
+    kind = "DataVolume" if claim.get("kind") == "DataVolume" else "PersistentVolumeClaim"
+    precondition = {"uid": meta["uid"], "resource_version": meta["resourceVersion"]}
     try:
-        await gateway.delete_pvc(
-            api,
-            namespace,
-            meta["name"],
-            uid=meta["uid"],
-            resource_version=meta["resourceVersion"],
-            request_timeout=request_timeout,
-        )
+        if kind == "DataVolume":
+            await custom.delete(
+                custom_api,
+                DATA_VOLUMES,
+                namespace,
+                meta["name"],
+                **precondition,
+                request_timeout=request_timeout,
+            )
+        else:
+            await gateway.delete_pvc(
+                api, namespace, meta["name"], **precondition, request_timeout=request_timeout
+            )
     except (Conflict, NotFound) as exc:
         return Outcome(
             meta["name"], "changed", f"not deleted, the claim changed since the decision: {exc}", until
@@ -107,9 +145,9 @@ async def _delete(
         user=annotations.get(ANN_USERNAME, ""),
         server=annotations.get(ANN_SERVERNAME, ""),
         namespace=namespace,
-        kind="PersistentVolumeClaim",
+        kind=kind,
         name=meta["name"],
-        message=f"Home disk deleted: {reason}",
+        message=f"{'Root' if kind == 'DataVolume' else 'Home'} disk deleted: {reason}",
         uid=meta["uid"],
     )
     now = datetime.now(UTC)
@@ -140,14 +178,40 @@ async def run(namespace: str, *, once: bool, dry_run: bool) -> int:
                 log.info("%s: %s (%s)", outcome.claim, outcome.action, outcome.reason)
             if once:
                 return 0
-            try:
-                await gateway.wait_for_claim_change(
-                    api, namespace, RETAINED_SELECTOR, version, next_wake_s(outcomes, now)
-                )
-            except KubernetesError as exc:  # e.g. 410 Gone: the next pass lists again
-                log.info("Watch ended (%s); listing again", exc)
+            await _wait_for_a_change(api, namespace, version, next_wake_s(outcomes, now))
     finally:
         await api.api_client.close()
+
+
+async def _wait_for_a_change(api: Any, namespace: str, version: str, timeout_s: int) -> None:
+    """Sleep until a retained home claim or root disk changes, or until the next disk is due."""
+    custom_api = custom.CustomObjectsApi(api.api_client)
+    watches = [
+        asyncio.ensure_future(
+            gateway.wait_for_claim_change(api, namespace, RETAINED_SELECTOR, version, timeout_s)
+        ),
+        asyncio.ensure_future(
+            custom.wait_for_change(
+                custom_api, DATA_VOLUMES, namespace, RETAINED_ROOT_SELECTOR, version, timeout_s
+            )
+        ),
+    ]
+    pending = set(watches)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            errors = [e for e in (t.exception() for t in done) if e is not None]
+            if all(isinstance(e, NotFound) for e in errors) and errors and pending:
+                continue  # a kind this cluster does not serve (no CDI): wait on the others
+            for error in errors:
+                if not isinstance(error, KubernetesError):
+                    raise error
+                log.info("Watch ended (%s); listing again", error)  # e.g. 410 Gone
+            return
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

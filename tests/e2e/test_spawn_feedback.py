@@ -179,3 +179,72 @@ def test_hub_refuses_to_start_on_an_invalid_catalog(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert re.search(r"gpu\.yaml: profile \"gpu-mig\": spec\.placement\.gpuMode", done.stderr + done.stdout)
+
+
+def test_full_shared_gpus_name_who_holds_them(stack: HubStack) -> None:
+    """Seed 000 §11 "shared GPU fully occupied": the refused user learns who holds the cards."""
+    env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig)}
+    fillers = []
+    for i in range(8):  # 2 GPU nodes x 1 time-sliced card x 4 replicas
+        name = f"held-{i}"
+        fillers.append(name)
+        holder = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "labels": {"component": "singleuser-server", "gpuworkspace.dev/user": f"holder{i}"},
+                "annotations": {
+                    "gpuworkspace.dev/username": f"holder{i}",
+                    "gpuworkspace.dev/servername": "",
+                    "gpuworkspace.dev/profile": "gpu-shared",
+                },
+            },
+            "spec": {
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [
+                    {
+                        "name": "notebook",
+                        "image": "gpuworkspace.dev/lite-singleuser:latest",
+                        "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
+                    }
+                ],
+            },
+        }
+        subprocess.run(
+            ["kubectl", "apply", "-f", "-"], input=json.dumps(holder), env=env, text=True, check=True
+        )
+    try:
+        scheduled = lambda: all(  # noqa: E731
+            json.loads(
+                subprocess.run(
+                    ["kubectl", "-n", NS, "get", "pod", n, "-o", "json"],
+                    check=True,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            )["spec"].get("nodeName")
+            for n in fillers
+        )
+        try:
+            wait_for(scheduled, 60, "the eight shared-GPU holders to be scheduled")
+        except TimeoutError:
+            described = subprocess.run(
+                ["kubectl", "-n", NS, "describe", "pod", *fillers],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            raise AssertionError(described.stdout[-3000:]) from None
+        message = failed_start(stack, "latecomer", "x", "gpu-shared")
+        assert "Insufficient nvidia.com/gpu.shared" in message, message
+        assert "Currently held by:" in message and "holder0/default (gpu-shared)" in message, message
+    finally:
+        subprocess.run(["kubectl", "-n", NS, "delete", "pod", *fillers, "--wait=false"], env=env, check=False)
+        if stack.hub.api("GET", "/users/latecomer")[0] == 200:
+            wait_for(
+                lambda: stack.hub.server("latecomer", "x") is None, 60, "the failed server to be cleaned up"
+            )

@@ -304,10 +304,10 @@ def node_not_ready(ctx: SimContext, node: str) -> Obj:
 
 def node_recover(ctx: SimContext, node: str) -> Obj:
     """The kubelet posts again: conditions back to healthy, unreachable taints gone, pods ready again."""
-    obj = _get_node(ctx, node)
     kubelet = _kubelet(ctx, node)
     if kubelet is not None and hasattr(kubelet, "resume"):
         kubelet.resume()
+    obj = _get_node(ctx, node)  # after resume(): its first heartbeat may already have updated the Node
     faults = faults_of(ctx)
     faults.unreachable_nodes.discard(node)
     faults.changed()

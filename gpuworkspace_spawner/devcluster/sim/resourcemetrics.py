@@ -1,5 +1,5 @@
-"""What a simulated node serves for metrics, on its InternalIP: the kubelet's ``/metrics/resource``
-(port 10250, plain HTTP) and, on GPU nodes, dcgm-exporter's ``/metrics`` (port 9400, rendered by
+"""What a simulated node serves for metrics, on its InternalIP: the kubelet's ``/metrics/resource`` and
+``/metrics`` (port 10250, plain HTTP) and, on GPU nodes, dcgm-exporter's ``/metrics`` (port 9400, rendered by
 :mod:`.dcgm`), with the GPU operator's discovery objects. :class:`DcgmExporter` runs both.
 
 ``/metrics/resource`` is what metrics-server scrapes. Families, help texts, label names and the
@@ -10,10 +10,16 @@ Values come from the container's real local process tree where the kubelet knows
 utime+stime of the tree and of its reaped children, RSS as the working set), else from the pod's
 scripted workload (``cpu_cores`` integrated over time, ``memory_bytes``), else 0. The node's usage is
 the sum of its pods' (no system overhead).
+
+The kubelet's ``/metrics`` here carries only its volume stats families (``kubelet_volume_stats_*``,
+``pkg/kubelet/metrics/collectors/volume_stats.go``) with labels ``namespace`` and
+``persistentvolumeclaim``, for the claims of our CSI drivers mounted by unfinished pods on the node:
+used bytes are the volume directory's apparent size (as :func:`.csi.volume_usage`), capacity the PV's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -32,6 +38,7 @@ from ..store import Obj, TypeKey
 from ..verbs import Verbs
 from .base import Key, SimController, rt_of
 from .context import SimContext
+from .csi import DRIVERS, bound_volume, pod_claims, pod_on_node, size_of, volume_dir
 from .dcgm import ExporterOptions, Gpu, card_power, load_counters, node_inventory, render_metrics
 from .failures import SimFaults, faults_of, node_ip, pods_on
 from .workloads import WorkloadBook, workload_book
@@ -139,6 +146,70 @@ def render_resource_metrics(containers: Iterable[ContainerUsage], now: float) ->
         out.append(f"# HELP {name} [STABLE] {help_text}\n# TYPE {name} {kind}\n")
         out.extend(f"{name}{line}\n" for line in samples[name])
     return "".join(out)
+
+
+_VOLUME_FAMILIES = (
+    ("kubelet_volume_stats_available_bytes", "Number of available bytes in the volume"),
+    ("kubelet_volume_stats_capacity_bytes", "Capacity in bytes of the volume"),
+    ("kubelet_volume_stats_used_bytes", "Number of used bytes in the volume"),
+)
+
+
+@dataclass(frozen=True)
+class VolumeStat:
+    namespace: str
+    claim: str
+    used: int
+    capacity: int
+
+
+def render_volume_stats(stats: Iterable[VolumeStat]) -> str:
+    """The volume stats families of the kubelet's ``GET /metrics`` (gauges, no timestamps)."""
+    items = sorted(stats, key=lambda v: (v.namespace, v.claim))
+    out = []
+    for name, help_text in _VOLUME_FAMILIES:
+        out.append(f"# HELP {name} [ALPHA] {help_text}\n# TYPE {name} gauge\n")
+        for v in items:
+            value = {"available": max(v.capacity - v.used, 0), "capacity": v.capacity, "used": v.used}[
+                name.split("_")[3]
+            ]
+            labels = f'namespace="{v.namespace}",persistentvolumeclaim="{v.claim}"'
+            out.append(f"{name}{{{labels}}} {go_float(float(value))}\n")
+    return "".join(out)
+
+
+def mounted_volumes(ctx: SimContext, node: str) -> list[tuple[str, str, Path, int]]:
+    """(namespace, claim, volume directory, capacity bytes) of the claims that unfinished pods on
+    ``node`` mount, each once (reads the store: call it on the event loop)."""
+    seen: dict[tuple[str, str], tuple[str, str, Path, int]] = {}
+    for pod in pods_on(ctx, node):
+        if not pod_on_node(pod):
+            continue
+        ns = pod["metadata"].get("namespace", "")
+        for claim in pod_claims(pod):
+            pv = bound_volume(ctx, ns, claim) or {}
+            csi = pv.get("spec", {}).get("csi") or {}
+            if (ns, claim) in seen or csi.get("driver") not in DRIVERS:
+                continue
+            capacity = size_of(pv["spec"].get("capacity", {}).get("storage"))
+            seen[(ns, claim)] = (ns, claim, volume_dir(ctx, csi["volumeHandle"]), capacity)
+    return list(seen.values())
+
+
+def used_bytes(path: Path) -> int:
+    """Apparent size of the files under ``path`` (as :func:`.csi.volume_usage`; blocking: use a thread)."""
+    used = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                used += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return used
+
+
+def _volume_stats(volumes: Sequence[tuple[str, str, Path, int]]) -> list[VolumeStat]:
+    return [VolumeStat(ns, claim, used_bytes(path), capacity) for ns, claim, path, capacity in volumes]
 
 
 # ------------------------------------------------------------------ /proc reading
@@ -438,6 +509,14 @@ class DcgmExporter(SimController):
 
         app = web.Application()
         app.router.add_get("/metrics" if kind == "dcgm" else "/metrics/resource", handler)
+        if kind == "kubelet":
+
+            async def volume_stats(request: web.Request) -> web.Response:
+                stats = await asyncio.to_thread(_volume_stats, mounted_volumes(self.ctx, node))
+                body = render_volume_stats(stats).encode()
+                return web.Response(body=body, headers={"Content-Type": _CONTENT_TYPE})
+
+            app.router.add_get("/metrics", volume_stats)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
         await runner.setup()
         try:

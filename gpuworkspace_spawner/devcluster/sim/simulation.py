@@ -1,4 +1,5 @@
-"""The simulated cluster behind the API emulator: topology, scheduler, kubelets, CSI, CDI, KubeVirt, DCGM.
+"""The simulated cluster behind the API emulator: topology, scheduler, kubelets, CSI, CDI, KubeVirt, DCGM,
+endpoints controllers and kube-proxy.
 
 ``Simulation(cluster).start()`` applies the topology and starts every component in dependency order
 (storage before the scheduler, the scheduler before the kubelets); ``stop()`` stops them in reverse,
@@ -19,12 +20,14 @@ from .csi import CsiController
 from .csi_attach import AttachController
 from .csi_resize import ResizeController
 from .devices import DeviceManager
+from .endpoints import EndpointsController, EndpointSliceController
 from .failures import OutOfServiceController
 from .kubelet import Kubelet, KubeletConfig, KubeletRuntime
 from .kubevirt import KubeVirtController
 from .netfence import NetworkFenceController
 from .resourcemetrics import DcgmExporter
 from .scheduler import Scheduler
+from .serviceproxy import ServiceProxy
 from .snapshots import SnapshotController
 from .topology import apply_topology, load_topology
 
@@ -72,6 +75,9 @@ class Simulation:
             KubeVirtController(ctx),
             NetworkFenceController(ctx),
             OutOfServiceController(ctx),
+            EndpointsController(ctx),
+            EndpointSliceController(ctx),
+            ServiceProxy(ctx),
         ]
         self.components += [
             Kubelet(

@@ -25,12 +25,19 @@ def problems_of(path: Path) -> tuple[CatalogProblem, ...]:
 def test_sample_catalog_loads() -> None:
     catalog = load_catalog(REPO / "hub_config" / "catalog")
     assert catalog.version == "2026.12.1"
-    assert [p.slug for p in catalog.profiles] == ["cpu-small", "gpu-exclusive", "gpu-shared", "gpu-mig"]
+    assert [p.slug for p in catalog.profiles] == [
+        "cpu-small",
+        "gpu-exclusive",
+        "gpu-shared",
+        "gpu-mig",
+        "vm-workstation",
+    ]
     assert catalog.default_profile is not None and catalog.default_profile.slug == "cpu-small"
     by_slug = {p.slug: p for p in catalog.profiles}
     assert by_slug["gpu-exclusive"].access.groups == frozenset({"gpu-users"})
     assert by_slug["gpu-mig"].resources.gpu == ("nvidia.com/mig-1g.10gb", "1")
-    assert all(p.ide.default == "jupyterlab" and "code-server" in p.ide.choices for p in catalog.profiles)
+    assert all(p.ide.default == "jupyterlab" for p in catalog.profiles)
+    assert all("code-server" in p.ide.choices for p in catalog.profiles if p.runtime == "container")
     gpu_pool = by_slug["gpu-exclusive"].placement.node_pool
     assert gpu_pool is not None and gpu_pool.tolerations[0]["key"] == "nvidia.com/gpu"
 

@@ -24,18 +24,20 @@ def sample() -> Catalog:
 @pytest.mark.parametrize(
     ("user", "groups", "slugs", "default"),
     [
-        pytest.param("alice", [], ["cpu-small", "gpu-shared", "gpu-mig"], "cpu-small", id="no-groups"),
+        pytest.param(
+            "alice", [], ["cpu-small", "gpu-shared", "gpu-mig", "vm-workstation"], "cpu-small", id="no-groups"
+        ),
         pytest.param(
             "bob",
             ["gpu-users"],
-            ["cpu-small", "gpu-exclusive", "gpu-shared", "gpu-mig"],
+            ["cpu-small", "gpu-exclusive", "gpu-shared", "gpu-mig", "vm-workstation"],
             "cpu-small",
             id="gpu-group",
         ),
         pytest.param(
             "carol",
             ["other", "gpu-users"],
-            ["cpu-small", "gpu-exclusive", "gpu-shared", "gpu-mig"],
+            ["cpu-small", "gpu-exclusive", "gpu-shared", "gpu-mig", "vm-workstation"],
             "cpu-small",
             id="groups-iterable",
         ),

@@ -100,8 +100,15 @@ def test_a_built_claim_is_used_by_its_owner_only() -> None:
             claim(state=names.DISK_RETAINED, retain="2026-01-01T00:00:00Z", disk=None),
             False,
             "keep",
-            "not a workspace home disk",
+            "not a workspace disk",
             id="not-a-home-disk-keep",
+        ),
+        pytest.param(
+            claim(state=names.DISK_RETAINED, retain="2026-01-01T00:00:00Z", disk=names.DISK_ROOT),
+            False,
+            "delete",
+            "retention ended",
+            id="vm-root-disk-past-retention-delete",
         ),
         pytest.param(
             claim(state=names.DISK_RETAINED), False, "keep", "no gpuworkspace.dev/retain-until", id="missing"

@@ -1,0 +1,339 @@
+"""Custom resources (KubeVirt, CDI, csi-addons) and the cluster-scoped objects the fencing check reads.
+
+Verbs take and return API dicts; watches reuse KubeSpawner's ResourceReflector through a small adapter
+that binds group/version/plural, so they share its resume, re-list and failure handling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client, watch
+from kubespawner.clients import shared_client
+from kubespawner.reflector import ResourceReflector
+from traitlets import Unicode, default
+
+from .errors import NotFound, api_errors
+from .gateway import MERGE_PATCH, Api, Obj, _json
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    plural: str
+
+
+VIRTUAL_MACHINES = Kind("kubevirt.io", "v1", "virtualmachines")
+VM_INSTANCES = Kind("kubevirt.io", "v1", "virtualmachineinstances")
+DATA_VOLUMES = Kind("cdi.kubevirt.io", "v1beta1", "datavolumes")
+NETWORK_FENCES = Kind("csiaddons.openshift.io", "v1alpha1", "networkfences")
+
+
+CustomObjectsApi = client.CustomObjectsApi
+
+
+def custom_api() -> Any:
+    """KubeSpawner's shared CustomObjectsApi (same configuration and connection pool as its CoreV1Api)."""
+    return shared_client("CustomObjectsApi")
+
+
+async def create(api: Api, kind: Kind, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
+    return await _json(
+        api.create_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            body,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
+
+
+async def replace(
+    api: Api, kind: Kind, namespace: str, name: str, body: Obj, *, request_timeout: float
+) -> Obj:
+    return await _json(
+        api.replace_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
+            body,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
+
+
+async def patch(api: Api, kind: Kind, namespace: str, name: str, body: Obj, *, request_timeout: float) -> Obj:
+    """A JSON merge patch."""
+    return await _json(
+        api.patch_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
+
+
+async def delete(
+    api: Api,
+    kind: Kind,
+    namespace: str,
+    name: str,
+    *,
+    uid: str,
+    resource_version: str,
+    request_timeout: float,
+) -> Obj:
+    body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
+    return await _json(
+        api.delete_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
+            body=body,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
+
+
+async def delete_unconditionally(
+    api: Api, kind: Kind, namespace: str, name: str, *, request_timeout: float
+) -> None:
+    """Delete a compute object (never a disk); absent is fine."""
+    with contextlib.suppress(NotFound):
+        await _json(
+            api.delete_namespaced_custom_object(
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+                name,
+                _preload_content=False,
+                _request_timeout=request_timeout,
+            )
+        )
+
+
+async def delete_core(namespace: str, kind: str, name: str, *, request_timeout: float) -> None:
+    """Delete a namespaced core object by kind (``service``, ``secret``); absent is fine."""
+    core = shared_client("CoreV1Api")
+    method = getattr(core, f"delete_namespaced_{kind}")
+    with contextlib.suppress(NotFound):
+        await _json(method(name, namespace, _preload_content=False, _request_timeout=request_timeout))
+
+
+async def list_namespaced(
+    api: Api, kind: Kind, namespace: str, *, label_selector: str = "", request_timeout: float
+) -> list[Obj]:
+    """The namespace's objects of ``kind``; an absent CRD (404: no KubeVirt/CDI here) is an empty list."""
+    try:
+        listed = await _json(
+            api.list_namespaced_custom_object(
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+                label_selector=label_selector,
+                _preload_content=False,
+                _request_timeout=request_timeout,
+            )
+        )
+    except NotFound:
+        return []
+    return list(listed.get("items") or [])
+
+
+async def list_cluster(api: Api, kind: Kind, *, request_timeout: float) -> list[Obj]:
+    """A cluster-scoped kind's objects; an absent CRD (404) is an empty list."""
+    try:
+        listed = await _json(
+            api.list_cluster_custom_object(
+                kind.group,
+                kind.version,
+                kind.plural,
+                _preload_content=False,
+                _request_timeout=request_timeout,
+            )
+        )
+    except NotFound:
+        return []
+    return list(listed.get("items") or [])
+
+
+async def list_nodes(*, request_timeout: float) -> dict[str, Obj]:
+    core = shared_client("CoreV1Api")
+    listed = await _json(core.list_node(_preload_content=False, _request_timeout=request_timeout))
+    return {n["metadata"]["name"]: n for n in listed.get("items") or []}
+
+
+async def list_all_pods(namespace: str, *, request_timeout: float) -> list[Obj]:
+    core = shared_client("CoreV1Api")
+    listed = await _json(
+        core.list_namespaced_pod(namespace, _preload_content=False, _request_timeout=request_timeout)
+    )
+    return list(listed.get("items") or [])
+
+
+async def read_service(namespace: str, name: str, *, request_timeout: float) -> Obj:
+    core = shared_client("CoreV1Api")
+    return await _json(
+        core.read_namespaced_service(
+            name, namespace, _preload_content=False, _request_timeout=request_timeout
+        )
+    )
+
+
+async def create_service(namespace: str, body: Obj, *, request_timeout: float) -> Obj:
+    core = shared_client("CoreV1Api")
+    return await _json(
+        core.create_namespaced_service(
+            namespace, body, _preload_content=False, _request_timeout=request_timeout
+        )
+    )
+
+
+async def put_secret(namespace: str, body: Obj, *, request_timeout: float) -> None:
+    """Create the Secret, or replace it when it exists (its content changes with every start)."""
+    core: Api = shared_client("CoreV1Api")
+    name = body["metadata"]["name"]
+    try:
+        await _json(
+            core.replace_namespaced_secret(
+                name, namespace, body, _preload_content=False, _request_timeout=request_timeout
+            )
+        )
+    except NotFound:
+        await _json(
+            core.create_namespaced_secret(
+                namespace, body, _preload_content=False, _request_timeout=request_timeout
+            )
+        )
+
+
+class _CustomLister:
+    """Looks like a CoreV1Api ``list_namespaced_*`` method to ResourceReflector."""
+
+    def __init__(self, api: Any, kind: Kind) -> None:
+        self.api, self.kind = api, kind
+
+    def list_objects(self, namespace: str, **kwargs: Any) -> Any:
+        k = self.kind
+        return self.api.list_namespaced_custom_object(k.group, k.version, namespace, k.plural, **kwargs)
+
+
+class CustomReflector(ResourceReflector):
+    """A watch cache of one custom kind in one namespace (``kind_group/version/plural`` traits)."""
+
+    list_method_name = "list_objects"
+    api_group_name = Unicode("CustomObjectsApi")
+    kind_group = Unicode()
+    kind_version = Unicode()
+    kind_plural = Unicode()
+
+    @default("kind")
+    def _default_kind(self) -> str:
+        return str(self.kind_plural)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        base_api = getattr(self, "api")  # noqa: B009 - set, untyped, by the base class
+        self.api = _CustomLister(base_api, Kind(self.kind_group, self.kind_version, self.kind_plural))
+
+    @property
+    def objects(self) -> dict[str, Obj]:
+        return self.resources
+
+
+class ClusterWatch:
+    """A cluster-scoped kind (Nodes, VolumeAttachments) kept current by list + watch, keyed by name.
+
+    KubeSpawner's ResourceReflector keys objects by namespace, which cluster-scoped objects lack, so
+    this is a small list-then-watch loop of its own: re-list on 410 Gone or any error, after a pause.
+    """
+
+    def __init__(self, api_name: str, list_method: str, log: Any, *, watch_timeout_s: int = 300) -> None:
+        self.api_name, self.list_method, self.log = api_name, list_method, log
+        self.watch_timeout_s = watch_timeout_s
+        self.objects: dict[str, Obj] = {}
+        self.first_load: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        api = shared_client(self.api_name)
+        list_objects = getattr(api, self.list_method)
+        while True:
+            try:
+                listed = await _json(list_objects(_preload_content=False, _request_timeout=60))
+                self.objects = {o["metadata"]["name"]: o for o in listed.get("items") or []}
+                if not self.first_load.done():
+                    self.first_load.set_result(None)
+                version = listed["metadata"].get("resourceVersion")
+                async with watch.Watch() as stream:
+                    async for event in stream.stream(
+                        list_objects,
+                        resource_version=version,
+                        timeout_seconds=self.watch_timeout_s,
+                        _request_timeout=self.watch_timeout_s + 30,
+                    ):
+                        obj = event["raw_object"]
+                        if event["type"] == "DELETED":
+                            self.objects.pop(obj["metadata"]["name"], None)
+                        elif event["type"] in ("ADDED", "MODIFIED"):
+                            self.objects[obj["metadata"]["name"]] = obj
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure: list again, like a reflector
+                if not self.first_load.done():
+                    self.first_load.set_exception(exc)
+                    return
+                self.log.warning("%s watch failed (%s); listing again", self.list_method, exc)
+                await asyncio.sleep(1)
+
+    def attached(self, pv_name: str) -> list[Obj]:
+        """VolumeAttachments of ``pv_name`` (for a VolumeAttachment watch)."""
+        return [
+            a
+            for a in self.objects.values()
+            if (a.get("spec") or {}).get("source", {}).get("persistentVolumeName") == pv_name
+        ]
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def wait_for_change(
+    api: Api, kind: Kind, namespace: str, label_selector: str, resource_version: str, timeout_s: int
+) -> None:
+    """Return at the first change to matching objects after ``resource_version``, or after ``timeout_s``."""
+    with api_errors():
+        async with watch.Watch() as stream:
+            async for _ in stream.stream(
+                api.list_namespaced_custom_object,
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+                label_selector=label_selector,
+                resource_version=resource_version,
+                timeout_seconds=max(1, timeout_s),
+            ):
+                return

@@ -1,0 +1,26 @@
+"""Who holds a GPU resource: the answer to "the shared GPUs are full" (seed 000 §11). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def describe_gpu_holders(pods: Sequence[Mapping[str, Any]], resource: str, *, exclude: str = "") -> str:
+    """``alice/default (gpu-shared), bob/train (gpu-shared)``: workspaces whose running pods hold ``resource``."""
+    held = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if meta.get("name") == exclude or not spec.get("nodeName") or meta.get("deletionTimestamp"):
+            continue
+        wanted = any(
+            resource in ((c.get("resources") or {}).get("limits") or {}) for c in spec.get("containers") or []
+        )
+        annotations = meta.get("annotations") or {}
+        if wanted:
+            user = annotations.get("gpuworkspace.dev/username") or meta.get("name")
+            server = annotations.get("gpuworkspace.dev/servername") or "default"
+            held.append(
+                f"{user}/{server} ({annotations.get('gpuworkspace.dev/profile', '?')}) on {spec['nodeName']}"
+            )
+    return ", ".join(sorted(held))

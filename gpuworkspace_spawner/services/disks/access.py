@@ -1,0 +1,47 @@
+"""Who may do what: decided from the hub's model of the caller's token (pure).
+
+The model is what ``GET /hub/api/user`` answers for the token (HubAuth): ``name``, ``kind`` and the
+token's expanded ``scopes``. Permissions are the token's scopes, never the account's, so a token created
+with fewer scopes gets fewer rights:
+
+- admin operations (resize, snapshot, restore, reclaim, every workspace): ``admin:servers``;
+- reading a user's workspaces and snapshots: ``read:servers`` for that user (every user's own API
+  tokens have it for themselves), or, for the user themselves, the OAuth token this service obtained
+  in a browser (``access:services!service=<this service>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jupyterhub.services.auth import check_scopes
+
+ADMIN_SCOPE = "admin:servers"
+
+
+def _scopes(model: Mapping[str, Any]) -> set[str]:
+    return set(model.get("scopes") or [])
+
+
+def is_admin(model: Mapping[str, Any]) -> bool:
+    return bool(check_scopes({ADMIN_SCOPE}, _scopes(model)))
+
+
+def may_read(model: Mapping[str, Any], user: str, *, service: str) -> bool:
+    """Whether the caller may see ``user``'s workspaces and snapshots."""
+    scopes = _scopes(model)
+    if check_scopes({f"read:servers!user={user}"}, scopes):
+        return True
+    own = model.get("kind", "user") == "user" and model.get("name") == user
+    return own and bool(check_scopes({f"access:services!service={service}"}, scopes))
+
+
+def may_read_metrics(model: Mapping[str, Any]) -> bool:
+    return bool(check_scopes({"read:metrics"}, _scopes(model)))
+
+
+def who(model: Mapping[str, Any]) -> str:
+    """The caller as audit records name it: ``alice`` or ``service:e2e-admin``."""
+    kind, name = model.get("kind", "user"), str(model.get("name", "?"))
+    return name if kind == "user" else f"{kind}:{name}"

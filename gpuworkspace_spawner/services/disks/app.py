@@ -1,0 +1,322 @@
+"""``gpuworkspace-disks``: the disk admin service's HTTP API (tornado) and its command line.
+
+Run by JupyterHub as a managed service (hub_config/jupyterhub_config.py) or anywhere with the
+environment a JupyterHub service gets: ``JUPYTERHUB_SERVICE_PREFIX`` (routes), ``JUPYTERHUB_SERVICE_URL``
+(where to listen), ``JUPYTERHUB_API_URL`` and ``JUPYTERHUB_API_TOKEN`` (token checks), and Kubernetes
+access from the in-cluster ServiceAccount or ``KUBECONFIG``. API reference: docs/reference/disk-api.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.utils import url_path_join
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from tornado import web
+
+from ...catalog import CatalogError, CatalogSource
+from ...k8s import KubernetesError, Unavailable, gateway
+from . import access
+from .metrics import DiskMetrics, KubeletScrape, VolumeStats
+from .operations import DiskOperations, OperationError, Settings
+
+log = logging.getLogger("gpuworkspace.disks")
+MAX_BODY = 16 * 1024
+DEFAULT_SERVER_PATH = ("~", "default")  # path segments meaning JupyterHub's unnamed server ("")
+
+
+class ApiHandler(web.RequestHandler):
+    """JSON in and out; errors as ``{"status", "message"}`` like JupyterHub's own API."""
+
+    hub_auth: Any
+    caller: dict[str, Any]
+
+    def initialize(self, ops: DiskOperations, hub_auth: Any) -> None:
+        self.ops, self.hub_auth = ops, hub_auth
+
+    def check_xsrf_cookie(self) -> None:
+        """Changes need a token (Authorization header), never only a cookie: no cross-site writes."""
+
+    async def prepare(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        model = await self.hub_auth.get_user(self, sync=False)
+        if not model:
+            raise OperationError(
+                403, "missing or invalid credentials: send 'Authorization: token <hub token>'"
+            )
+        token_auth = getattr(self, "_token_authenticated", False)
+        if self.request.method not in ("GET", "HEAD") and not token_auth:
+            raise OperationError(403, "changes need a token in the Authorization header, not a cookie")
+        self.caller = model
+
+    def body(self, allowed: dict[str, type], required: Sequence[str] = ()) -> dict[str, Any]:
+        raw = self.request.body or b"{}"
+        if len(raw) > MAX_BODY:
+            raise OperationError(413, f"request body over {MAX_BODY} bytes")
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise OperationError(400, f"request body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise OperationError(400, "request body must be a JSON object")
+        unknown = sorted(set(body) - set(allowed))
+        if unknown:
+            raise OperationError(
+                400, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed) or 'none'}"
+            )
+        for key in required:
+            if key not in body:
+                raise OperationError(400, f"field {key!r} is required")
+        for key, kind in allowed.items():
+            if key in body and body[key] is not None and not isinstance(body[key], kind):
+                raise OperationError(400, f"field {key!r} must be a {kind.__name__}")
+        return body
+
+    def reply(self, obj: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(obj, sort_keys=True))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        message = self._reason
+        if isinstance(exc, OperationError):
+            message = exc.message
+        elif isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        elif isinstance(exc, KubernetesError):
+            message = f"Kubernetes API: {exc}"
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, OperationError):
+            self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
+            return
+        if isinstance(e, KubernetesError):
+            log.warning("%s %s: %s", self.request.method, self.request.path, e)
+            self.send_error(
+                502 if isinstance(e, Unavailable) else 500, exc_info=(type(e), e, e.__traceback__)
+            )
+            return
+        super()._handle_request_exception(e)
+
+
+def _server(segment: str) -> str:
+    return "" if segment in DEFAULT_SERVER_PATH else segment
+
+
+class WorkspacesHandler(ApiHandler):
+    async def get(self) -> None:
+        self.reply({"items": await self.ops.workspaces(self.caller)})
+
+
+class WorkspaceHandler(ApiHandler):
+    async def get(self, user: str, server: str) -> None:
+        items = await self.ops.workspaces(self.caller, user, _server(server))
+        if not items:
+            if not access.may_read(self.caller, user, service=self.ops.settings.service_name):
+                raise OperationError(403, f"{access.who(self.caller)} may not see the workspaces of {user}")
+            raise OperationError(404, f"no workspace disk for {user}/{_server(server)}")
+        items.sort(key=lambda i: i["disk"]["kind"] != "home")
+        self.reply(items[0])
+
+
+class ResizeHandler(ApiHandler):
+    async def post(self, claim: str) -> None:
+        body = self.body({"size": str}, required=["size"])
+        self.reply(await self.ops.resize(self.caller, claim, body["size"]))
+
+
+class SnapshotsHandler(ApiHandler):
+    async def get(self, claim: str) -> None:
+        self.reply({"items": await self.ops.snapshots(self.caller, claim)})
+
+    async def post(self, claim: str) -> None:
+        body = self.body({"name": str})
+        snapshot, ready = await self.ops.snapshot(self.caller, claim, body.get("name"))
+        self.reply(snapshot, 201 if ready else 202)
+
+
+class RestoreHandler(ApiHandler):
+    async def post(self, claim: str) -> None:
+        body = self.body({"snapshot": str}, required=["snapshot"])
+        self.reply(await self.ops.restore(self.caller, claim, body["snapshot"]))
+
+
+class ReclaimHandler(ApiHandler):
+    async def post(self, claim: str) -> None:
+        self.body({})
+        self.reply(await self.ops.reclaim(self.caller, claim))
+
+
+class MetricsHandler(ApiHandler):
+    """Prometheus text; needs a token with ``read:metrics`` unless started with ``--metrics-public``."""
+
+    def initialize(  # type: ignore[override]  # tornado passes the route's keyword arguments
+        self,
+        ops: DiskOperations,
+        hub_auth: Any,
+        registry: CollectorRegistry,
+        collector: DiskMetrics,
+        public: bool,
+    ) -> None:
+        super().initialize(ops, hub_auth)
+        self.registry, self.collector, self.public = registry, collector, public
+
+    async def prepare(self) -> None:
+        if not self.public:
+            await super().prepare()
+            if not access.may_read_metrics(self.caller):
+                raise OperationError(403, f"{access.who(self.caller)} lacks the read:metrics scope")
+
+    async def get(self) -> None:
+        self.collector.claims = {
+            (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in await self.ops.claims()
+        }
+        await self.ops.refresh_stats()  # on each scrape
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(generate_latest(self.registry))
+
+
+def make_app(
+    ops: DiskOperations, hub_auth: Any, prefix: str, collector: DiskMetrics, *, metrics_public: bool
+) -> web.Application:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    common = {"ops": ops, "hub_auth": hub_auth}
+    api = url_path_join(prefix, "api/v1")
+    claim = r"([a-z0-9][-a-z0-9.]*)"
+    routes: list[Any] = [
+        (url_path_join(api, "workspaces"), WorkspacesHandler, common),
+        (url_path_join(api, r"workspaces/([^/]+)/([^/]+)"), WorkspaceHandler, common),
+        (url_path_join(api, rf"disks/{claim}/resize"), ResizeHandler, common),
+        (url_path_join(api, rf"disks/{claim}/snapshots"), SnapshotsHandler, common),
+        (url_path_join(api, rf"disks/{claim}/restore"), RestoreHandler, common),
+        (url_path_join(api, rf"disks/{claim}/reclaim"), ReclaimHandler, common),
+        (
+            url_path_join(prefix, "metrics"),
+            MetricsHandler,
+            common | {"registry": registry, "collector": collector, "public": metrics_public},
+        ),
+    ]
+    if isinstance(hub_auth, HubOAuth):
+        routes.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
+    return web.Application(routes, hub_auth=hub_auth, cookie_secret=os.urandom(32))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuworkspace-disks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--namespace", default="gpu-workspaces", help="namespace of the workspace disks")
+    parser.add_argument(
+        "--catalog", default="", help="the WorkspaceProfile catalog (file or directory): size limits"
+    )
+    parser.add_argument(
+        "--snapshot-class", default=None, help="VolumeSnapshotClass (default: the cluster's default)"
+    )
+    parser.add_argument(
+        "--max-factor",
+        type=int,
+        default=4,
+        help="without a profile max size: at most this times the profile's size",
+    )
+    parser.add_argument(
+        "--alert-threshold",
+        type=float,
+        default=float(os.environ.get("GPUWS_DISK_ALERT_THRESHOLD") or 0.9),
+        help="used/capacity ratio at which gpuworkspace_disk_capacity_alert is 1",
+    )
+    parser.add_argument(
+        "--kubelet-scheme",
+        choices=("https", "http"),
+        default="https",
+        help="how to reach kubelets' :10250/metrics",
+    )
+    parser.add_argument("--kubelet-port", type=int, default=10250)
+    parser.add_argument(
+        "--kubelet-verify-tls", action="store_true", help="verify kubelet serving certificates"
+    )
+    parser.add_argument(
+        "--metrics-public", action="store_true", help="serve /metrics without a read:metrics token"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300, help="seconds to wait for a snapshot, a resize or a bind"
+    )
+    parser.add_argument(
+        "--listen", default="", help="host:port (default: from JUPYTERHUB_SERVICE_URL, else 127.0.0.1:10101)"
+    )
+    return parser
+
+
+def _listen(args: argparse.Namespace) -> tuple[str, int]:
+    if args.listen:
+        host, _, port = args.listen.rpartition(":")
+        return host or "127.0.0.1", int(port)
+    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL") or "http://127.0.0.1:10101")
+    return url.hostname or "127.0.0.1", url.port or 10101
+
+
+async def serve(args: argparse.Namespace) -> int:
+    api = await gateway.connect()
+    catalog = None
+    if args.catalog:
+        catalog = CatalogSource(
+            args.catalog, on_reload_error=lambda e: log.error("Invalid catalog change: %s", e)
+        )
+        catalog.current()
+    timeout = args.timeout
+    settings = Settings(
+        namespace=args.namespace,
+        service_name=os.environ.get("JUPYTERHUB_SERVICE_NAME") or "gpuworkspace-disks",
+        snapshot_class=args.snapshot_class,
+        max_factor=args.max_factor,
+        resize_timeout_s=min(timeout, 60),
+        snapshot_timeout_s=timeout,
+        delete_timeout_s=timeout,
+        bind_timeout_s=timeout,
+    )
+    stats = VolumeStats(
+        KubeletScrape(args.kubelet_scheme, args.kubelet_port, verify_tls=args.kubelet_verify_tls)
+    )
+    ops = DiskOperations(api, settings, catalog, stats)
+    hub_auth = HubOAuth() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or "/services/gpuworkspace-disks/"
+    app = make_app(
+        ops, hub_auth, prefix, DiskMetrics(stats, args.alert_threshold), metrics_public=args.metrics_public
+    )
+    host, port = _listen(args)
+    server = app.listen(port, host, xheaders=True)
+    log.info("gpuworkspace-disks on http://%s:%s%s (namespace %s)", host, port, prefix, args.namespace)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.stop()
+        await api.api_client.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return asyncio.run(serve(args))
+    except CatalogError as exc:
+        raise SystemExit(f"gpuworkspace-disks: invalid catalog {args.catalog}:\n{exc}") from None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

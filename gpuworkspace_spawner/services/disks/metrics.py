@@ -1,0 +1,151 @@
+"""Disk usage from the kubelets' volume stats, and the capacity alert metrics built from it.
+
+Every kubelet serves ``kubelet_volume_stats_capacity_bytes`` and ``kubelet_volume_stats_used_bytes``
+(labels ``namespace``, ``persistentvolumeclaim``) on ``:10250/metrics`` for the volumes mounted on its
+node. :class:`VolumeStats` scrapes every node's InternalIP (from the API's node list) and keeps the
+last result; :class:`DiskMetrics` turns it into ``gpuworkspace_disk_used_ratio`` and
+``gpuworkspace_disk_capacity_alert`` per workspace claim. Only mounted disks have stats: a stopped
+workspace's disk has no usage until it runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from ...lifecycle.diskops import decide_capacity_alert, usage_ratio
+from .views import Usage, owner
+
+log = logging.getLogger("gpuworkspace.disks")
+CAPACITY, USED = "kubelet_volume_stats_capacity_bytes", "kubelet_volume_stats_used_bytes"
+SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+Key = tuple[str, str]  # (namespace, claim)
+
+
+def parse_volume_stats(text: str) -> dict[Key, Usage]:
+    """(namespace, claim) → usage from a kubelet's ``/metrics`` text (other families ignored)."""
+    values: dict[Key, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in (CAPACITY, USED):
+            continue
+        for sample in family.samples:
+            if sample.name != family.name:
+                continue
+            key = (sample.labels.get("namespace", ""), sample.labels.get("persistentvolumeclaim", ""))
+            values.setdefault(key, {})[family.name] = sample.value
+    return {k: Usage(v[USED], v[CAPACITY]) for k, v in values.items() if USED in v and CAPACITY in v}
+
+
+def node_address(node: Mapping[str, Any]) -> str | None:
+    addresses = (node.get("status") or {}).get("addresses") or []
+    return next((a.get("address") for a in addresses if a.get("type") == "InternalIP"), None)
+
+
+@dataclass
+class KubeletScrape:
+    """How to reach the kubelets: ``https`` with the pod's ServiceAccount token in a cluster."""
+
+    scheme: str = "https"
+    port: int = 10250
+    timeout_s: float = 5.0
+    verify_tls: bool = False  # kubelet serving certificates are rarely signed by a CA we hold
+    token_path: Path = SA_TOKEN
+
+    def request(self, ip: str) -> HTTPRequest:
+        headers = {}
+        if self.scheme == "https" and self.token_path.exists():
+            headers["Authorization"] = f"Bearer {self.token_path.read_text().strip()}"
+        host = f"[{ip}]" if ":" in ip else ip
+        return HTTPRequest(
+            f"{self.scheme}://{host}:{self.port}/metrics",
+            headers=headers,
+            request_timeout=self.timeout_s,
+            connect_timeout=self.timeout_s,
+            validate_cert=self.verify_tls,
+        )
+
+
+@dataclass
+class VolumeStats:
+    """The last scrape of all kubelets (refreshed at most every ``min_age_s``)."""
+
+    scrape: KubeletScrape
+    min_age_s: float = 5.0
+    usage: dict[Key, Usage] = field(default_factory=dict)
+    failed_nodes: list[str] = field(default_factory=list)
+    scraped_at: float = 0.0
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def refresh(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        async with self._lock:
+            if time.monotonic() - self.scraped_at < self.min_age_s:
+                return
+            targets = [(n["metadata"]["name"], node_address(n)) for n in nodes]
+            results = await asyncio.gather(*(self._one(ip) for _, ip in targets if ip))
+            named = [name for name, ip in targets if ip]
+            usage: dict[Key, Usage] = {}
+            failed = [name for name, _ in targets if not _]
+            for name, result in zip(named, results, strict=True):
+                if result is None:
+                    failed.append(name)
+                else:
+                    usage.update(result)
+            self.usage, self.failed_nodes, self.scraped_at = usage, sorted(failed), time.monotonic()
+
+    async def _one(self, ip: str) -> dict[Key, Usage] | None:
+        try:
+            response = await AsyncHTTPClient().fetch(self.scrape.request(ip))
+            return parse_volume_stats(response.body.decode())
+        except (HTTPClientError, OSError, ValueError) as exc:
+            log.warning("Cannot read volume stats from the kubelet at %s: %s", ip, exc)
+            return None
+
+
+class DiskMetrics(Collector):
+    """``gpuworkspace_disk_*`` gauges for the workspace claims the last scrape saw."""
+
+    def __init__(self, stats: VolumeStats, threshold: float) -> None:
+        self.stats, self.threshold = stats, threshold
+        self.claims: dict[Key, Mapping[str, Any]] = {}  # the workspace claims, set before each scrape
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["namespace", "claim", "user", "server"]
+        ratio = GaugeMetricFamily(
+            "gpuworkspace_disk_used_ratio", "Used bytes / capacity of a workspace disk", labels=labels
+        )
+        alert = GaugeMetricFamily(
+            "gpuworkspace_disk_capacity_alert",
+            f"1 when a workspace disk's used ratio is at least {self.threshold}",
+            labels=labels,
+        )
+        used = GaugeMetricFamily(
+            "gpuworkspace_disk_used_bytes", "Used bytes of a workspace disk", labels=labels
+        )
+        capacity = GaugeMetricFamily(
+            "gpuworkspace_disk_capacity_bytes", "Capacity of a workspace disk's file system", labels=labels
+        )
+        for key, usage in sorted(self.stats.usage.items()):
+            claim = self.claims.get(key)
+            if claim is None:
+                continue
+            values = [key[0], key[1], *owner(claim)]
+            ratio.add_metric(values, usage_ratio(usage.used, usage.capacity) or 0.0)
+            flag = decide_capacity_alert(usage.used, usage.capacity, threshold=self.threshold)
+            alert.add_metric(values, 1.0 if flag else 0.0)
+            used.add_metric(values, usage.used)
+            capacity.add_metric(values, usage.capacity)
+        failures = GaugeMetricFamily(
+            "gpuworkspace_disk_stats_failed_nodes", "Nodes whose kubelet did not answer the last scrape"
+        )
+        failures.add_metric([], len(self.stats.failed_nodes))
+        yield from (ratio, alert, used, capacity, failures)
