@@ -17,7 +17,7 @@ from .k8s import Conflict, NotFound, custom, gateway
 from .k8s.custom import DATA_VOLUMES, VIRTUAL_MACHINES, VM_INSTANCES, CustomReflector
 from .lifecycle.retention import decide_home_disk
 from .lifecycle.vmspawning import build_vm_progress, decide_vm_failure
-from .manifests.names import LABEL_RUNTIME, WorkspaceContext
+from .manifests.names import DISK_ROOT, LABEL_DISK, LABEL_RUNTIME, WorkspaceContext
 from .manifests.vm import (
     VmNames,
     build_cloud_init_secret,
@@ -62,14 +62,19 @@ class VMRuntime:
         return names
 
     async def _start_vm_watchers(self) -> None:
-        for key, kind in (("vms", VIRTUAL_MACHINES), ("vmis", VM_INSTANCES), ("datavolumes", DATA_VOLUMES)):
+        watched = (
+            ("vms", VIRTUAL_MACHINES, {LABEL_RUNTIME: "vm"}),
+            ("vmis", VM_INSTANCES, {LABEL_RUNTIME: "vm"}),
+            ("datavolumes", DATA_VOLUMES, {LABEL_DISK: DISK_ROOT}),
+        )
+        for key, kind, labels in watched:
             await self._start_reflector(
                 kind=key,
                 reflector_class=CustomReflector,
                 kind_group=kind.group,
                 kind_version=kind.version,
                 kind_plural=kind.plural,
-                labels={LABEL_RUNTIME: "vm"},
+                labels=labels,
                 omit_namespace=False,
             )
 
@@ -106,8 +111,14 @@ class VMRuntime:
         await self._remove_workspace_pod(ws)
         env = self.get_env()  # type: ignore[attr-defined]
         timeout = self.k8s_api_request_timeout
+        fresh = (
+            self._cached("vms", names.vm) is None
+        )  # a new (or admin-deleted) VM: its Secret is likely new too
         await custom.put_secret(
-            self.namespace, build_cloud_init_secret(ws, names, env), request_timeout=timeout
+            self.namespace,
+            build_cloud_init_secret(ws, names, env),
+            request_timeout=timeout,
+            create_first=fresh,
         )
         url = await self._ensure_service(ws, names)
         await self._ensure_vm(ws, names)
@@ -170,12 +181,15 @@ class VMRuntime:
 
     async def _ensure_service(self, ws: WorkspaceContext, names: VmNames) -> str:
         timeout = self.k8s_api_request_timeout
-        try:
-            service = await custom.create_service(
-                self.namespace, build_vm_service(ws, names), request_timeout=timeout
-            )
-        except Conflict:
+        try:  # read first: the Service outlives stops, so it usually exists
             service = await custom.read_service(self.namespace, names.service, request_timeout=timeout)
+        except NotFound:
+            try:
+                service = await custom.create_service(
+                    self.namespace, build_vm_service(ws, names), request_timeout=timeout
+                )
+            except Conflict:
+                service = await custom.read_service(self.namespace, names.service, request_timeout=timeout)
         return f"http://{service['spec']['clusterIP']}:{NOTEBOOK_PORT}"
 
     async def _ensure_vm(self, ws: WorkspaceContext, names: VmNames) -> None:

@@ -16,7 +16,7 @@ from kubespawner.clients import shared_client
 from kubespawner.reflector import ResourceReflector
 from traitlets import Unicode, default
 
-from .errors import NotFound, api_errors
+from .errors import Conflict, NotFound, api_errors
 from .gateway import MERGE_PATCH, Api, Obj, _json
 
 
@@ -210,22 +210,37 @@ async def create_service(namespace: str, body: Obj, *, request_timeout: float) -
     )
 
 
-async def put_secret(namespace: str, body: Obj, *, request_timeout: float) -> None:
-    """Create the Secret, or replace it when it exists (its content changes with every start)."""
+async def put_secret(
+    namespace: str, body: Obj, *, request_timeout: float, create_first: bool = False
+) -> None:
+    """Create or replace the Secret (its content changes with every start); try the likelier verb first."""
     core: Api = shared_client("CoreV1Api")
     name = body["metadata"]["name"]
-    try:
-        await _json(
-            core.replace_namespaced_secret(
-                name, namespace, body, _preload_content=False, _request_timeout=request_timeout
-            )
-        )
-    except NotFound:
-        await _json(
+
+    async def create() -> Obj:
+        return await _json(
             core.create_namespaced_secret(
                 namespace, body, _preload_content=False, _request_timeout=request_timeout
             )
         )
+
+    async def replace() -> Obj:
+        return await _json(
+            core.replace_namespaced_secret(
+                name, namespace, body, _preload_content=False, _request_timeout=request_timeout
+            )
+        )
+
+    if create_first:
+        try:
+            await create()
+        except Conflict:
+            await replace()
+        return
+    try:
+        await replace()
+    except NotFound:
+        await create()
 
 
 class _CustomLister:

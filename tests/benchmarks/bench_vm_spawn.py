@@ -85,12 +85,21 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"first cycle, {PROFILES[profile]}: start {first.spawn_s:.2f} s, {writes(first)} writes: {kinds}"
         )
+        later = sorted(
+            f"{r['verb']} {r['resource']}" for r in results[profile][-1].requests if r["verb"] in WRITES
+        )
+        print(f"  a later cycle: {later}")
     vm, ct = results["vm-workstation"], results["cpu-small"]
     ratio = statistics.median(c.spawn_s for c in vm) / statistics.median(c.spawn_s for c in ct)
-    worst = max(writes(c) for c in [*vm, firsts["vm-workstation"]])
+    worst = max(writes(c) for c in vm)
+    first = writes(firsts["vm-workstation"])
     print(f"\nVM start / container start   x{ratio:.2f}")
     print(
-        f"VM writes per cycle (max, incl. the first)  {worst}  (goal <= 6: {'met' if worst <= 6 else 'NOT met'})"
+        f"VM writes per start+stop     {worst} (max over measured cycles; goal <= 6: {'met' if worst <= 6 else 'NOT met'})"
+    )
+    print(
+        f"VM writes, first cycle       {first} (creates the disk, Secret, Service and VM, and records the disk's"
+        f" node for the fencing check; goal <= 6: {'met' if first <= 6 else 'NOT met'})"
     )
     polls = sum(c.repeat_gets for c in vm)
     print(f"VM repeat GETs (polling)     {polls}  (goal 0: {'met' if polls == 0 else 'NOT met'})")
