@@ -39,6 +39,7 @@ from .lifecycle.fencing import decide_fencing, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
 from .lifecycle.retention import decide_home_disk, retain_until
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
+from .lifecycle.state import derive_state, to_json
 from .manifests.names import ANN_LAST_NODE, DISK_HOME, LABEL_DISK, WorkspaceContext, WorkspaceIdentity
 from .manifests.pod import build_workspace_pod
 from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
@@ -556,6 +557,39 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
                 f"Root disk retained until {until:%Y-%m-%d %H:%M:%S} UTC; VM, Service and Secret deleted"
             )
             await self._audit("disk-retained", "DataVolume", names.disk, message, dv)
+
+    @property
+    def workspace_status(self) -> dict[str, Any] | None:
+        """The workspace's state (000 §10) from the watch caches, for the home page; None before any watch."""
+        vm = self.runtime == "vm"
+        if (
+            self.__class__.reflectors.get(self._get_reflector_key("datavolumes" if vm else "home-claims"))
+            is None
+        ):
+            return None  # this hub has not watched the cluster since it started: nothing honest to say
+        if vm:
+            names = vm_names(self._identity())
+            dv = self._cached("datavolumes", names.disk)
+            state = derive_state(
+                runtime="vm",
+                disk=dv,
+                data_volume=dv,
+                pod=None,
+                vm=self._cached("vms", names.vm),
+                vmi=self._cached("vmis", names.vm),
+                now=datetime.now(UTC),
+            )
+        else:
+            state = derive_state(
+                runtime="container",
+                disk=self._claim(),
+                data_volume=None,
+                pod=self._pod(),
+                vm=None,
+                vmi=None,
+                now=datetime.now(UTC),
+            )
+        return to_json(state)
 
     # --- state ---------------------------------------------------------------------------------
 

@@ -245,6 +245,10 @@ def _use_gpuworkspace() -> None:
         "gpuworkspace" if "gpuworkspace" in registered else "gpuworkspace_spawner.spawner.GPUWorkspaceSpawner"
     )
     c.GPUWorkspaceSpawner.catalog_path = str(CATALOG)  # a YAML file or a directory of them
+    # The home page lists each workspace's state (Running, Stopped, Retained until ..., Degraded: why).
+    import gpuworkspace_spawner  # noqa: PLC0415 -- only in this mode
+
+    c.JupyterHub.template_paths = [str(Path(gpuworkspace_spawner.__file__).parent / "templates")]
     # Refuse to start on an invalid catalog, with the errors, instead of failing at the first spawn.
     from gpuworkspace_spawner import load_catalog_or_exit  # noqa: PLC0415 -- only in this mode
 

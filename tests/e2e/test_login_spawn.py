@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from typing import Any
 
 import pytest
@@ -59,6 +61,50 @@ def test_browser_login_spawn_lands_in_jupyterlab(stack: HubStack, browser: Any) 
     assert status == 200
     assert sorted(model["groups"]) == ["researchers"]  # the OIDC groups claim became hub groups
     stack.hub.stop_server("alice")
+
+
+def test_browser_starts_a_vm_workspace_from_the_spawn_page(stack: HubStack, browser: Any) -> None:
+    """A VM profile picked on the spawn page: JupyterLab served from inside the VM (its root disk)."""
+    if stack.hub.spawner != "gpuworkspace":
+        pytest.skip("VM workspaces are this project's spawner's")
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{stack.url}/hub/login")
+        page.get_by_text(re.compile("Sign in with")).click()
+        page.wait_for_url(f"{stack.oidc.url}/oauth2/authorize*")
+        page.get_by_role("button", name="bob", exact=True).click()
+        page.wait_for_url(re.compile(r".*/hub/(spawn|home).*"))
+        page.goto(f"{stack.url}/hub/spawn/bob/vmws")
+        page.locator("#spawn_form").wait_for()
+        assert "whole Linux VM" in page.locator("#spawn_form").inner_text()
+        _pick_profile(page, "vm-workstation")
+        page.locator('#spawn_form [type="submit"]').click()
+        page.wait_for_url(f"{stack.url}/user/bob/vmws/lab*", timeout=120_000)
+        page.locator("#jp-main-dock-panel").wait_for(timeout=60_000)
+        assert "JupyterLab" in page.title()
+        page.goto(f"{stack.url}/hub/home")  # the home page tells the workspace's state
+        row = page.locator('#gpuws-workspaces tr[data-server-name="vmws"] .gpuws-state')
+        assert row.inner_text() == "Running"
+    finally:
+        context.close()
+    kinds = [k["metadata"]["name"] for k in _vm_objects(stack, "bob")]
+    assert kinds, "no VirtualMachine for bob/vmws"
+    stack.hub.stop_server("bob", "vmws")
+
+
+def _vm_objects(stack: HubStack, user: str) -> list[dict[str, Any]]:
+    env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig)}
+    out = subprocess.run(
+        ["kubectl", "-n", "gpu-workspaces", "get", "vm", "-l", f"gpuworkspace.dev/user={user}", "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    items: list[dict[str, Any]] = json.loads(out)["items"]
+    return items
 
 
 def _check_profile_cards(page: Any) -> None:

@@ -60,6 +60,7 @@ def test_vm_root_disk_survives_stop_rebuild_and_delete(stack: HubStack) -> None:
     wait_for(lambda: not vm_objects(stack, user)["vmi"], 60, "the VMI to be gone")
     stopped = vm_objects(stack, user)
     assert stopped["vm"] == [vm] and stopped["datavolume"] == [disk]
+    assert stopped["pods"] == []  # the virt-launcher pod is gone: CPU, memory (and GPUs) released
     assert get_json(stack, "vm", vm)["spec"]["runStrategy"] == "Halted"
     assert get_json(stack, "pvc", disk)["metadata"]["uid"] == claim_uid
 
