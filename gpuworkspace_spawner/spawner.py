@@ -266,6 +266,8 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     async def _halt_workspace_vm(self) -> None:
         """One active compute per workspace: a running VM of this workspace stops before a pod starts."""
+        if self.workspace_state.get("runtime") != "vm":
+            return  # the last start of this server was no VM (kept in the hub state across stops)
         names = vm_names(self._context().identity)
         await self._start_vm_watchers()
         vm = self._cached("vms", names.vm)

@@ -267,6 +267,16 @@ class CustomReflector(ResourceReflector):
     def _default_kind(self) -> str:
         return str(self.kind_plural)
 
+    # Changes arrive by watch as they happen; these only bound how often the cache is re-listed
+    # (KubeSpawner's 10 s suits chatty pods and events, not VMs and DataVolumes).
+    @default("timeout_seconds")
+    def _default_timeout_seconds(self) -> int:
+        return 300
+
+    @default("restart_seconds")
+    def _default_restart_seconds(self) -> int:
+        return 300
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         base_api = getattr(self, "api")  # noqa: B009 - set, untyped, by the base class
