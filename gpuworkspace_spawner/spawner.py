@@ -35,7 +35,7 @@ from .k8s import Conflict, Forbidden, KubernetesError, NotFound, custom, gateway
 from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VIRTUAL_MACHINES, VM_INSTANCES, ClusterWatch
 from .k8s.errors import as_kubernetes_error
 from .k8s.reflectors import ClaimReflector
-from .lifecycle.fencing import decide_fencing, refuse_shared_disk
+from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
 from .lifecycle.retention import decide_home_disk, retain_until
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
@@ -295,10 +295,9 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             await self._cluster_watch("nodes"),
         )
         last_node = self._last_node()
-        if not pv_name or (
-            not attachments.attached(pv_name) and all(map(_is_ready_node, nodes.objects.values()))
-        ):
+        if not evidence_needed(pv_name, list(attachments.objects.values()), nodes.objects.values()):
             return  # the fast path: attached nowhere and every node reachable (read from watch caches)
+        assert pv_name  # evidence_needed is False without a volume
         pods = await custom.list_all_pods(self.namespace, request_timeout=timeout)
         api = custom.custom_api()
         vmis = await custom.list_namespaced(api, VM_INSTANCES, self.namespace, request_timeout=timeout)
@@ -658,11 +657,6 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             )
         except KubernetesError as exc:
             self.log.warning("Could not record audit event %s for %s: %s", action, name, exc)
-
-
-def _is_ready_node(node: dict[str, Any]) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _options_applied_at_start(spawner: GPUWorkspaceSpawner, user_options: Any) -> None:

@@ -16,8 +16,10 @@ from .compat import SpawnException
 from .k8s import Conflict, NotFound, custom, gateway
 from .k8s.custom import DATA_VOLUMES, VIRTUAL_MACHINES, VM_INSTANCES, CustomReflector
 from .lifecycle.retention import decide_home_disk
+from .lifecycle.spawning import is_ready
 from .lifecycle.vmspawning import build_vm_progress, decide_vm_failure
-from .manifests.names import DISK_ROOT, LABEL_DISK, LABEL_RUNTIME, WorkspaceContext
+from .manifests.names import DISK_ROOT, LABEL_DISK, LABEL_RUNTIME, LABEL_VM, WorkspaceContext
+from .manifests.pvc import build_adopt_patch
 from .manifests.vm import (
     VmNames,
     build_cloud_init_secret,
@@ -89,7 +91,7 @@ class VMRuntime:
         reflector = self.pod_reflector
         pods = reflector.pods.values() if reflector else ()
         return next(
-            (p for p in pods if (p["metadata"].get("labels") or {}).get("gpuworkspace.dev/vm") == vm_name),
+            (p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_VM) == vm_name),
             None,
         )
 
@@ -151,8 +153,6 @@ class VMRuntime:
             except Conflict:
                 pass  # created meanwhile (the cache lagged); the next checks read it from the cache
         elif verdict.action == "adopt":
-            from .manifests.pvc import build_adopt_patch  # noqa: PLC0415 - shared with container homes
-
             dv = await custom.patch(
                 api, DATA_VOLUMES, self.namespace, names.disk, build_adopt_patch(ws), request_timeout=timeout
             )
@@ -164,7 +164,7 @@ class VMRuntime:
         own = ws.identity.selector_labels
         for pod in list(reflector.pods.values()):
             labels = pod["metadata"].get("labels") or {}
-            if labels.get("gpuworkspace.dev/vm") or any(labels.get(k) != v for k, v in own.items()):
+            if labels.get(LABEL_VM) or any(labels.get(k) != v for k, v in own.items()):
                 continue
             name = pod["metadata"]["name"]
             await self._audit(
@@ -222,7 +222,7 @@ class VMRuntime:
         started = loop.time()
         while True:  # reads the watch caches once a second; no API calls
             vmi = self._cached("vmis", names.vm)
-            if vmi is not None and _is_ready(vmi):
+            if vmi is not None and is_ready(vmi):
                 return
             pod = self._launcher_pod(names.vm)
             failure = decide_vm_failure(
@@ -275,8 +275,3 @@ class VMRuntime:
         if vmi is None or vmi["metadata"].get("deletionTimestamp"):
             return 1
         return None if (vmi.get("status") or {}).get("phase", "Pending") in _LIVE_VMI_PHASES else 1
-
-
-def _is_ready(vmi: dict[str, Any]) -> bool:
-    conditions = (vmi.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes_asyncio import client, watch
 
+from . import custom
 from .errors import KubernetesError, NotFound, api_errors
 from .gateway import Api, Obj, _json
 
@@ -76,16 +77,9 @@ async def list_custom(
     api: Api, namespace: str, kind: tuple[str, str, str], *, request_timeout: float
 ) -> list[Obj]:
     """Custom objects (``(group, version, plural)``) in ``namespace``; empty where the kind is not served."""
-    group, version, plural = kind
-    try:
-        listed = await _json(
-            custom_api(api).list_namespaced_custom_object(
-                group, version, namespace, plural, _preload_content=False, _request_timeout=request_timeout
-            )
-        )
-    except NotFound:
-        return []
-    return list(listed.get("items") or [])
+    return await custom.list_namespaced(
+        custom_api(api), custom.Kind(*kind), namespace, request_timeout=request_timeout
+    )
 
 
 async def read_storage_class(api: Api, name: str, *, request_timeout: float) -> Obj:

@@ -21,9 +21,11 @@ cover every address of the node (Ceph blocklists those clients, so their I/O fai
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from .spawning import is_ready
 
 __all__ = [
     "FENCED",
@@ -460,3 +462,21 @@ def decide_fencing(
         return FencingVerdict("refuse", reason, hint, evidence)
     reason = "the disk may move: " + "; ".join(check.why for check in checks.values())
     return FencingVerdict("pass", reason, "", evidence)
+
+
+def evidence_needed(
+    pv_name: str | None, attachments: Sequence[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]]
+) -> bool:
+    """Whether a start must gather the full evidence for :func:`decide_fencing`.
+
+    Not when the disk has no volume yet, or when no VolumeAttachment names it and every node is Ready:
+    then no node can hold it unseen (an unreachable node, where a force-detach would hide an attachment,
+    makes this True).
+    """
+    if not pv_name:
+        return False
+    attached = any(
+        ((a.get("spec") or {}).get("source") or {}).get("persistentVolumeName") == pv_name
+        for a in attachments
+    )
+    return attached or not all(is_ready(n) for n in nodes)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuworkspace_spawner.manifests.names import ANN_PROFILE, ANN_SERVERNAME, ANN_USERNAME
+
 
 def describe_gpu_holders(pods: Sequence[Mapping[str, Any]], resource: str, *, exclude: str = "") -> str:
     """``alice/default (gpu-shared), bob/train (gpu-shared)``: workspaces whose running pods hold ``resource``."""
@@ -18,9 +20,7 @@ def describe_gpu_holders(pods: Sequence[Mapping[str, Any]], resource: str, *, ex
         )
         annotations = meta.get("annotations") or {}
         if wanted:
-            user = annotations.get("gpuworkspace.dev/username") or meta.get("name")
-            server = annotations.get("gpuworkspace.dev/servername") or "default"
-            held.append(
-                f"{user}/{server} ({annotations.get('gpuworkspace.dev/profile', '?')}) on {spec['nodeName']}"
-            )
+            user = annotations.get(ANN_USERNAME) or meta.get("name")
+            server = annotations.get(ANN_SERVERNAME) or "default"
+            held.append(f"{user}/{server} ({annotations.get(ANN_PROFILE, '?')}) on {spec['nodeName']}")
     return ", ".join(sorted(held))

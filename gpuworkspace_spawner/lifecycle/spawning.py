@@ -110,9 +110,13 @@ def _message(event: Mapping[str, Any]) -> str:
     return " ".join(str(event.get("message") or "").split())
 
 
-def _is_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
+def is_ready(obj: Mapping[str, Any]) -> bool:
+    """The object's ``Ready`` condition is True (a Pod, a Node or a VMI)."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+_is_ready = is_ready
 
 
 def _container_statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -14,7 +14,7 @@ import argparse
 import asyncio
 import logging
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 from ..audit import AuditRecord, build_audit_event, log_audit
 from ..k8s import Conflict, KubernetesError, NotFound, custom, gateway
 from ..k8s.custom import DATA_VOLUMES
-from ..lifecycle.retention import decide_reclaim
+from ..lifecycle.retention import decide_reclaim, pods_using_claim
 from ..manifests.names import (
     ANN_SERVERNAME,
     ANN_USERNAME,
@@ -47,19 +47,6 @@ class Outcome:
     retain_until: datetime | None
 
 
-def claims_in_use(pods: Iterable[Mapping[str, Any]]) -> set[str]:
-    """Claim names mounted by pods that have not finished."""
-    used: set[str] = set()
-    for pod in pods:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        for volume in (pod.get("spec") or {}).get("volumes") or []:
-            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-            if claim:
-                used.add(claim)
-    return used
-
-
 async def reclaim_once(
     api: Any,
     namespace: str,
@@ -73,7 +60,11 @@ async def reclaim_once(
     custom_api = custom_api or custom.CustomObjectsApi(api.api_client)
     listed = await gateway.list_pvcs(api, namespace, RETAINED_SELECTOR, request_timeout=request_timeout)
     pods = await gateway.list_pods(api, namespace, "", request_timeout=request_timeout)
-    in_use = claims_in_use(pods["items"])
+    pod_items = pods["items"]
+
+    def in_use_by(name: str) -> bool:
+        return bool(pods_using_claim(pod_items, name, namespace))
+
     outcomes = []
     data_volumes = await custom.list_namespaced(
         custom_api,
@@ -84,7 +75,7 @@ async def reclaim_once(
     )
     for dv in data_volumes:
         name = dv["metadata"]["name"]
-        verdict = decide_reclaim(dv, now=now, in_use=name in in_use)
+        verdict = decide_reclaim(dv, now=now, in_use=in_use_by(name))
         if verdict.action != "delete" or dry_run:
             action = "kept" if verdict.action != "delete" else "would-delete"
             outcomes.append(Outcome(name, action, verdict.reason, verdict.retain_until))
@@ -96,7 +87,7 @@ async def reclaim_once(
             )
     for claim in listed["items"]:
         name = claim["metadata"]["name"]
-        verdict = decide_reclaim(claim, now=now, in_use=name in in_use)
+        verdict = decide_reclaim(claim, now=now, in_use=in_use_by(name))
         if verdict.action != "delete":
             outcomes.append(Outcome(name, "kept", verdict.reason, verdict.retain_until))
         elif dry_run:

@@ -40,7 +40,14 @@ from ...lifecycle.diskops import (
     snapshot_name,
     snapshot_progress,
 )
-from ...manifests.names import LABEL_DISK, LABEL_USER, label_value
+from ...manifests.names import (
+    ANN_CATALOG_VERSION,
+    ANN_PROFILE,
+    LABEL_DISK,
+    LABEL_PROFILE,
+    LABEL_USER,
+    label_value,
+)
 from . import access
 from .metrics import VolumeStats
 from .views import Related, owner, snapshot_view, workspace_item
@@ -158,8 +165,8 @@ class DiskOperations:
             kind="PersistentVolumeClaim",
             name=str(meta.get("name", "")),
             message=message,
-            profile=str(annotations.get("gpuworkspace.dev/profile", "")),
-            catalog_version=str(annotations.get("gpuworkspace.dev/catalog-version", "")),
+            profile=str(annotations.get(ANN_PROFILE, "")),
+            catalog_version=str(annotations.get(ANN_CATALOG_VERSION, "")),
             uid=str(meta.get("uid", "")),
             details={"disk": disk_kind(claim), **details},
             actor=access.who(caller),
@@ -183,9 +190,9 @@ class DiskOperations:
 
     # ------------------------------------------------------------------------ resize
     def size_limit(self, claim: Obj) -> SizeLimit:
-        profile_slug = (claim["metadata"].get("annotations") or {}).get("gpuworkspace.dev/profile") or (
+        profile_slug = (claim["metadata"].get("annotations") or {}).get(ANN_PROFILE) or (
             claim["metadata"].get("labels") or {}
-        ).get("gpuworkspace.dev/profile")
+        ).get(LABEL_PROFILE)
         profile = self.catalog.current().get(str(profile_slug)) if self.catalog and profile_slug else None
         if profile is None:
             return SizeLimit(None, None, self.settings.max_factor)

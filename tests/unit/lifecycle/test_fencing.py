@@ -13,6 +13,7 @@ from gpuworkspace_spawner.lifecycle.fencing import (
     OUT_OF_SERVICE_TAINT,
     claim_consumers,
     decide_fencing,
+    evidence_needed,
     refuse_shared_disk,
 )
 
@@ -626,3 +627,17 @@ def test_last_node_counts_without_any_volume_attachment(
     )
     assert result.action == action, result.reason
     assert result.evidence["lastNode"] == "gpu-1"
+
+
+@pytest.mark.parametrize(
+    ("pv", "attachments", "nodes", "needed"),
+    [
+        pytest.param(None, [va("gpu-1")], [node()], False, id="no-volume-yet"),
+        pytest.param(PV, [], [node(), node("gpu-2")], False, id="attached-nowhere-all-ready"),
+        pytest.param(PV, [va("gpu-1")], [node()], True, id="attached"),
+        pytest.param(PV, [va("gpu-1", pv="pvc-other")], [node()], False, id="other-volume-attached"),
+        pytest.param(PV, [], [node(), down("gpu-2")], True, id="a-node-unreachable"),
+    ],
+)
+def test_evidence_needed(pv: str | None, attachments: list[Any], nodes: list[Any], needed: bool) -> None:
+    assert evidence_needed(pv, attachments, nodes) is needed
