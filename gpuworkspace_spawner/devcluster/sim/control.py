@@ -13,6 +13,8 @@ HTTP (JSON bodies; merge :func:`control_handlers` into ``ApiServerConfig.extra_h
 - ``/_devcluster/sim/volume``: POST ``{namespace, pvc, action: "fill" | "unfill", [leave_bytes]}``.
 - ``/_devcluster/sim/faults``: GET; PUT ``{slow_pull_s: {image prefix: s}, slow_disk_s, xid_errors:
   {GPU uuid: xid}}`` (the keys given replace theirs); DELETE resets them.
+- ``/_devcluster/sim/nvml``: GET ``?node=<node>``: the node's devices and GPU processes as NVML would
+  list them, for the fake NVML module (:mod:`.nvmlview`, :mod:`.fakenvml`).
 
 A bad request answers 400 with a ``Status`` whose message and ``details.causes[].field`` name the field.
 """
@@ -41,6 +43,8 @@ from .failures import (
     node_recover,
     unfill_volume,
 )
+from .nvmlview import PATH as NVML_PATH
+from .nvmlview import nvml_handler
 from .workloads import SERIES_FIELDS, Workload, WorkloadBook, WorkloadError, workload_book
 
 PREFIX = "/_devcluster/sim"
@@ -244,4 +248,5 @@ def control_handlers(ctx: SimContext, control: SimControl | None = None) -> dict
         f"{PREFIX}/pod": pod,
         f"{PREFIX}/volume": volume,
         f"{PREFIX}/faults": faults,
+        NVML_PATH: nvml_handler(ctx, api.clock),
     }
