@@ -22,6 +22,12 @@ GPUWS_SPAWNER          ``gpuworkspace`` (this project's spawner)   ``gpuworkspac
                        or ``kubespawner`` (plain KubeSpawner with
                        an equivalent profile list)
 GPUWS_DISKS_PORT       the disk admin service's port (loopback)    ``10101``
+GPUWS_ATTRIBUTION_     the GPU attribution service's port          ``10102``
+PORT                   (loopback)
+GPUWS_ATTRIBUTION_     its collection cycle in seconds             ``15``
+INTERVAL
+GPUWS_ATTRIBUTION_     a Prometheus to read GPU/CPU figures from   unset: scrape dcgm-exporter,
+PROMETHEUS_URL         instead of scraping                         the kubelets and agents directly
 JUPYTERHUB_CRYPT_KEY   when set, auth state (the OIDC tokens) is   unset: auth state is not kept
                        stored encrypted with this key
 =====================  ==========================================  ===============================
@@ -256,6 +262,7 @@ def _use_gpuworkspace() -> None:
     c.GPUWorkspaceSpawner.retention_days = 30  # how long a deleted workspace's disk is kept
     _register_disk_service()
     _register_reclaimer()
+    _register_attribution_service()
 
 
 def _register_disk_service() -> None:
@@ -313,6 +320,62 @@ def _register_reclaimer() -> None:
         "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
     }
     c.JupyterHub.services = [*(c.JupyterHub.services if "services" in c.JupyterHub else []), service]
+
+
+def _register_attribution_service() -> None:
+    """GPU attribution (docs/reference/attribution-api.md) as a managed service at
+    /services/gpuworkspace-attribution/: who uses which GPU, CPU and memory, with a dashboard linked
+    from the home page.
+
+    Least privilege: the service's own token gets one role with only what it calls the hub for,
+    group membership (group totals, and whom a user may rank among):
+
+    - ``list:groups``: list the hub's groups (``GET /hub/api/groups``);
+    - ``read:groups``: see each group's members in that list.
+
+    It reads no users, servers or tokens of its own: callers are identified by asking the hub about
+    *their* token, and the answers are filtered by that token's scopes (``admin:servers``: everyone;
+    ``read:servers!user=<u>`` or the user's own OAuth login: that user). Users get
+    ``access:services!service=gpuworkspace-attribution`` so a browser can log in to the dashboard.
+    """
+    name = "gpuworkspace-attribution"
+    port = int(_env("GPUWS_ATTRIBUTION_PORT", "10102"))
+    command = [
+        sys.executable,
+        "-m",
+        "gpuworkspace_spawner.services.attribution.app",
+        "--interval",
+        _env("GPUWS_ATTRIBUTION_INTERVAL", "15"),
+        # the devcluster's kubelets serve plain HTTP; real kubelets need https (the default)
+        "--kubelet-scheme",
+        "http",
+    ]
+    if os.environ.get("GPUWS_ATTRIBUTION_PROMETHEUS_URL"):
+        command += ["--prometheus-url", os.environ["GPUWS_ATTRIBUTION_PROMETHEUS_URL"]]
+    service = {
+        "name": name,
+        "url": f"http://127.0.0.1:{port}",
+        "command": command,
+        "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
+        "oauth_no_confirm": True,
+        "display": True,  # listed in the hub's Services menu (the home page links it as "GPU usage")
+    }
+    c.JupyterHub.services = [*(c.JupyterHub.services if "services" in c.JupyterHub else []), service]
+    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
+    roles.append(
+        {
+            "name": "gpuworkspace-attribution",
+            "description": "Read group membership for the GPU attribution service's group totals",
+            "scopes": ["list:groups", "read:groups"],
+            "services": [name],
+        }
+    )
+    user_role = next((r for r in roles if r.get("name") == "user"), None)
+    if user_role is None:
+        user_role = {"name": "user", "scopes": ["self"]}
+        roles.append(user_role)
+    user_role["scopes"] = [*user_role["scopes"], f"access:services!service={name}"]
+    c.JupyterHub.load_roles = roles
 
 
 if SPAWNER == "kubespawner":

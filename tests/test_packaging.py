@@ -127,6 +127,11 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(tmp_path, f"{pkg}/k8s/client.py", "import gpuworkspace_spawner.spawner\n")
     _write(tmp_path, f"{pkg}/spawner.py", "import kubernetes_asyncio\n")
     _write(tmp_path, f"{pkg}/vmruntime.py", "")
+    for core in ("model", "parsing", "rules", "aggregate", "history", "views", "access", "charts"):
+        _write(tmp_path, f"{pkg}/services/attribution/{core}.py")
+    _write(tmp_path, f"{pkg}/services/attribution/__init__.py")
+    _write(tmp_path, f"{pkg}/services/attribution/rules.py", "import tornado.ioloop\n")
+    _write(tmp_path, f"{pkg}/agent/__init__.py", "from gpuworkspace_spawner.k8s import client\n")
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(
@@ -140,7 +145,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     )
     out = " ".join(result.stdout.split())  # the report wraps long lines
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "0 kept, 4 broken" in out, out
+    assert "0 kept, 6 broken" in out, out
     for expected in (
         # forbidden: indirect, through services
         "gpuworkspace_spawner.manifests.pod -> gpuworkspace_spawner.services.culler",
@@ -149,5 +154,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         "gpuworkspace_spawner.catalog is not allowed to import tornado",
         "gpuworkspace_spawner.lifecycle is not allowed to import gpuworkspace_spawner.k8s",
         "gpuworkspace_spawner.k8s is not allowed to import gpuworkspace_spawner.spawner",
+        "gpuworkspace_spawner.services.attribution.rules is not allowed to import tornado",
+        "gpuworkspace_spawner.agent is not allowed to import gpuworkspace_spawner.k8s",
     ):
         assert expected in out, f"{expected!r} not reported:\n{result.stdout}"

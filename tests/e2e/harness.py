@@ -218,10 +218,10 @@ class Devcluster:
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         return http(method, self.url + path, headers=headers, context=self._ssl)
 
-    def control(self, path: str, body: Json) -> tuple[int, bytes]:
-        """POST to the simulation's control API (``/_devcluster/sim/node`` etc.) with the admin token."""
+    def control(self, path: str, body: Json, method: str = "POST") -> tuple[int, bytes]:
+        """A call to the simulation's control API (``/_devcluster/sim/node`` etc.) with the admin token."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        return http("POST", self.url + path, body, headers=headers, context=self._ssl)
+        return http(method, self.url + path, body, headers=headers, context=self._ssl)
 
     def requests_log(self, clear: bool = False) -> list[dict[str, Any]]:
         """The API request log (time, method, verb, resource, namespace, name, status, user agent, ...),
@@ -270,7 +270,7 @@ c.JupyterHub.services.append({{"name": "e2e-admin", "api_token": {token!r}}})
 c.JupyterHub.load_roles.extend([
     {{
         "name": "e2e-admin",
-        "scopes": ["admin:users", "admin:servers", "access:servers", "read:hub", "list:users", "read:metrics"],
+        "scopes": ["admin:users", "admin:servers", "admin:groups", "tokens", "access:servers", "read:hub", "list:users", "read:metrics"],
         "services": ["e2e-admin"],
     }}
 ])

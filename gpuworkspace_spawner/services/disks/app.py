@@ -13,10 +13,8 @@ import asyncio
 import json
 import logging
 import os
-import signal
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
@@ -26,6 +24,7 @@ from tornado import web
 
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import KubernetesError, Unavailable, gateway
+from ..serving import listen_address, until_stopped
 from . import access
 from .metrics import DiskMetrics, KubeletScrape, VolumeStats
 from .operations import DiskOperations, OperationError, Settings
@@ -259,11 +258,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _listen(args: argparse.Namespace) -> tuple[str, int]:
-    if args.listen:
-        host, _, port = args.listen.rpartition(":")
-        return host or "127.0.0.1", int(port)
-    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL") or "http://127.0.0.1:10101")
-    return url.hostname or "127.0.0.1", url.port or 10101
+    return listen_address(args.listen, 10101)
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -297,12 +292,8 @@ async def serve(args: argparse.Namespace) -> int:
     host, port = _listen(args)
     server = app.listen(port, host, xheaders=True)
     log.info("gpuworkspace-disks on http://%s:%s%s (namespace %s)", host, port, prefix, args.namespace)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_stopped()
     finally:
         server.stop()
         await api.api_client.close()

@@ -1,0 +1,223 @@
+"""``gpuworkspace-attribution``: who uses which GPU, CPU and memory; HTTP API, dashboard and command line.
+
+Run by JupyterHub as a managed service (hub_config/jupyterhub_config.py) or anywhere with the
+environment a JupyterHub service gets (``JUPYTERHUB_SERVICE_PREFIX``, ``JUPYTERHUB_SERVICE_URL``,
+``JUPYTERHUB_API_URL``, ``JUPYTERHUB_API_TOKEN``) and Kubernetes access from the in-cluster
+ServiceAccount or ``KUBECONFIG``. Routes under the service prefix: the dashboard (``""``), ``api/v1/nodes``,
+``api/v1/workspaces[?user=]``, ``api/v1/workspaces/<user>/<server>``, ``api/v1/top``, ``api/v1/groups``,
+``api/v1/trends``, ``api/v1/status`` and ``metrics``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ...k8s.observing import load_config
+from ..serving import listen_address, until_stopped
+from .collector import Collector, hub_groups_from_env
+from .handlers import (
+    SERVICE,
+    DashboardHandler,
+    GroupsHandler,
+    MetricsHandler,
+    NodesHandler,
+    State,
+    StatusHandler,
+    TopHandler,
+    TrendsHandler,
+    WorkspaceHandler,
+    WorkspacesHandler,
+)
+from .history import History
+from .sources import KubernetesSource, Settings
+
+log = logging.getLogger("gpuworkspace.attribution")
+DEFAULT_PORT = 10102
+
+
+def make_app(state: State) -> web.Application:
+    prefix = state.prefix
+    api = url_path_join(prefix, "api/v1")
+    common = {"state": state}
+    routes: list[Any] = [
+        (prefix, DashboardHandler, common),
+        (url_path_join(api, "nodes"), NodesHandler, common),
+        (url_path_join(api, "workspaces"), WorkspacesHandler, common),
+        (url_path_join(api, r"workspaces/([^/]+)/([^/]+)"), WorkspaceHandler, common),
+        (url_path_join(api, "top"), TopHandler, common),
+        (url_path_join(api, "groups"), GroupsHandler, common),
+        (url_path_join(api, "trends"), TrendsHandler, common),
+        (url_path_join(api, "status"), StatusHandler, common),
+        (url_path_join(prefix, "metrics"), MetricsHandler, common),
+    ]
+    if isinstance(state.hub_auth, HubOAuth):
+        routes.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
+    return web.Application(routes, hub_auth=state.hub_auth, cookie_secret=os.urandom(32))
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+def _parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog=SERVICE, description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=_env_float("GPUWS_ATTRIBUTION_INTERVAL", 15.0),
+        help="seconds between collection cycles (env GPUWS_ATTRIBUTION_INTERVAL)",
+    )
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="a namespace of workspace pods (repeatable; default: all namespaces)",
+    )
+    p.add_argument(
+        "--dcgm-service",
+        default=env("GPUWS_ATTRIBUTION_DCGM_SERVICE") or "gpu-operator/nvidia-dcgm-exporter",
+        help="namespace/name of dcgm-exporter's Service (its EndpointSlices list the exporters)",
+    )
+    p.add_argument("--dcgm-port-name", default="gpu-metrics", help="the Service port to scrape")
+    p.add_argument(
+        "--agent-service",
+        default=env("GPUWS_ATTRIBUTION_AGENT_SERVICE") or "gpuworkspace-system/gpuworkspace-agent",
+        help="namespace/name of the node agent's Service; 'none' to not look for agents",
+    )
+    p.add_argument("--agent-port-name", default="metrics")
+    p.add_argument(
+        "--kubelet-scheme",
+        choices=("https", "http"),
+        default=env("GPUWS_ATTRIBUTION_KUBELET_SCHEME") or "https",
+        help="how to reach kubelets' :10250/metrics/resource (https with the ServiceAccount token)",
+    )
+    p.add_argument("--kubelet-port", type=int, default=10250)
+    p.add_argument("--kubelet-verify-tls", action="store_true", help="verify kubelet serving certificates")
+    p.add_argument(
+        "--prometheus-url",
+        default=env("GPUWS_ATTRIBUTION_PROMETHEUS_URL") or "",
+        help="read GPU, agent and CPU/memory figures from this Prometheus instead of scraping",
+    )
+    p.add_argument(
+        "--prometheus-token-file", default="", help="a file holding a bearer token for the Prometheus API"
+    )
+    p.add_argument("--scrape-timeout", type=float, default=5.0, help="seconds per scrape or query")
+    p.add_argument(
+        "--idle-threshold",
+        type=float,
+        default=_env_float("GPUWS_ATTRIBUTION_IDLE_PERCENT", 5.0),
+        help="GPU utilisation (percent) under which an allocated GPU counts as idle",
+    )
+    p.add_argument(
+        "--history-step", type=float, default=60.0, help="seconds between points of the embedded trends"
+    )
+    p.add_argument("--history-points", type=int, default=1440, help="points kept per trend series")
+    p.add_argument("--groups-refresh", type=float, default=60.0, help="seconds between hub group reads")
+    p.add_argument(
+        "--hide-owners",
+        action="store_true",
+        help="show GPU owners in the node grid to admins only (default: to every logged-in user)",
+    )
+    p.add_argument(
+        "--metrics-public", action="store_true", help="serve /metrics without a read:metrics token"
+    )
+    p.add_argument(
+        "--listen",
+        default="",
+        help=f"host:port (default: from JUPYTERHUB_SERVICE_URL, else 127.0.0.1:{DEFAULT_PORT})",
+    )
+    return p
+
+
+def _pair(text: str, what: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name:
+        raise SystemExit(f"{SERVICE}: {what} must be namespace/name, not {text!r}")
+    return namespace, name
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    token = ""
+    if args.prometheus_token_file:
+        with open(args.prometheus_token_file) as f:
+            token = f.read().strip()
+    return Settings(
+        namespaces=tuple(args.namespace),
+        dcgm_service=_pair(args.dcgm_service, "--dcgm-service"),
+        dcgm_port_name=args.dcgm_port_name,
+        agent_service=None if args.agent_service == "none" else _pair(args.agent_service, "--agent-service"),
+        agent_port_name=args.agent_port_name,
+        kubelet_scheme=args.kubelet_scheme,
+        kubelet_port=args.kubelet_port,
+        kubelet_verify_tls=args.kubelet_verify_tls,
+        timeout_s=args.scrape_timeout,
+        prometheus_url=args.prometheus_url,
+        prometheus_token=token,
+    )
+
+
+def _listen(args: argparse.Namespace) -> tuple[str, int]:
+    return listen_address(args.listen, DEFAULT_PORT)
+
+
+def _hub_prefix(hub_auth: Any) -> str:
+    prefix = getattr(hub_auth, "hub_prefix", "") or ""
+    return prefix if prefix.endswith("/") else (prefix + "/" if prefix else "/hub/")
+
+
+async def serve(args: argparse.Namespace) -> int:
+    await load_config()
+    settings = settings_from(args)
+    source = KubernetesSource(settings)
+    await source.start()
+    collector = Collector(
+        source,
+        interval_s=args.interval,
+        idle_util_percent=args.idle_threshold,
+        history=History(capacity=args.history_points, step_s=args.history_step),
+        groups=hub_groups_from_env(args.groups_refresh),
+    )
+    hub_auth = HubOAuth() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or f"/services/{SERVICE}/"
+    state = State(
+        collector,
+        hub_auth,
+        prefix=prefix,
+        service=os.environ.get("JUPYTERHUB_SERVICE_NAME") or SERVICE,
+        hub_prefix=_hub_prefix(hub_auth),
+        show_owners_to_all=not args.hide_owners,
+        metrics_public=args.metrics_public,
+        prometheus=source.prometheus,
+    )
+    host, port = _listen(args)
+    server = make_app(state).listen(port, host, xheaders=True)
+    collector.start()
+    mode = f"Prometheus {settings.prometheus_url}" if settings.prometheus_url else "direct scrapes"
+    log.info("%s on http://%s:%s%s (%s, every %ss)", SERVICE, host, port, prefix, mode, args.interval)
+    try:
+        await until_stopped()
+    finally:
+        server.stop()
+        await collector.stop()
+        await source.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

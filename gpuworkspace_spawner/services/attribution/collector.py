@@ -1,0 +1,330 @@
+"""The collector loop (I/O): every ``interval_s`` read an Observation, attribute it, publish a Snapshot.
+
+One cycle: ``source.observe(now)`` → :func:`.rules.attribute` → :class:`.aggregate.Accounting` and
+:class:`.history.History` advanced → an immutable :class:`Snapshot` whose heavy API answers are
+already JSON bytes (the node list, every user's workspace list, every workspace's detail), so a
+request is a dict lookup (and, for rankings and groups, a filter). The cycle's wall time and process
+CPU time are kept in :class:`CycleStats` for ``/metrics``.
+
+The cycle runs on the event loop that serves the API, so its CPU-bound steps are cut small: it
+yields to the loop between steps and while it renders the bodies (in batches of :data:`BATCH` rows),
+which keeps API latency during a cycle near that of one step rather than of the whole cycle.
+
+Group membership (for group totals and for whom a user may rank among) comes from the hub API
+(``GET /hub/api/groups``, scopes ``list:groups`` and ``read:groups``), refreshed every few cycles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from . import views
+from .aggregate import AccountEntry, Accounting, group_totals
+from .history import History, series_of
+from .model import Observation, WorkspaceFigures
+from .rules import Attribution, attribute
+from .sources import Source
+
+log = logging.getLogger("gpuworkspace.attribution")
+PAGINATION = "application/jupyterhub-pagination+json"
+K = TypeVar("K")
+
+
+BATCH = 100  # rows rendered between two yields to the event loop
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+async def _yield() -> None:
+    await asyncio.sleep(0)
+
+
+async def _dumps_list(items: Sequence[Any], at: float, batch: int = BATCH) -> bytes:
+    """``_dumps({"items": items, "at": at})``, rendered ``batch`` items at a time with yields between."""
+    parts: list[bytes] = []
+    for start in range(0, len(items), batch):
+        parts.extend(_dumps(item) for item in items[start : start + batch])
+        await _yield()
+    return b'{"at":' + _dumps(at) + b',"items":[' + b",".join(parts) + b"]}"
+
+
+async def _dumps_each(bodies: Mapping[K, Any], batch: int = BATCH) -> dict[K, bytes]:
+    """``{key: _dumps(body)}``, ``batch`` bodies at a time with yields between."""
+    out: dict[K, bytes] = {}
+    for n, (key, body) in enumerate(bodies.items(), 1):
+        out[key] = _dumps(body)
+        if n % batch == 0:
+            await _yield()
+    return out
+
+
+@dataclass(frozen=True)
+class Account:
+    """An accounting entry with the labels ``/metrics`` groups it by."""
+
+    user: str
+    server: str
+    profile: str
+    gpu_mode: str
+    allocated_gpu_seconds: float
+    used_gpu_seconds: float
+    idle_allocated_gpu_seconds: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One cycle's result, never changed once published."""
+
+    at: float
+    observation: Observation
+    attribution: Attribution
+    groups_of_user: Mapping[str, tuple[str, ...]]
+    nodes_body: bytes  # GET api/v1/nodes
+    nodes_anonymous_body: bytes  # the same without owners (show_owners_to_all off, non-admins)
+    workspaces_body: bytes  # every workspace (admins)
+    workspaces_by_user: Mapping[str, bytes]  # user -> their workspaces' list body
+    detail: Mapping[tuple[str, str], bytes]  # (user, server) -> detail body
+    figures_by_user: Mapping[str, tuple[WorkspaceFigures, ...]]
+    groups: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # group -> group_json
+    accounts: tuple[Account, ...] = ()
+    accounting: Mapping[str, AccountEntry] = field(default_factory=dict)
+
+    @property
+    def failed_sources(self) -> tuple[str, ...]:
+        return self.observation.failed_sources
+
+    def empty_list(self) -> bytes:
+        return _dumps({"items": [], "at": self.at})
+
+
+@dataclass
+class CycleStats:
+    cycles: int = 0
+    last_at: float = 0.0
+    last_duration_s: float = 0.0
+    last_cpu_s: float = 0.0
+    cpu_total_s: float = 0.0
+    last_failures: dict[str, int] = field(default_factory=dict)
+    failures_total: dict[str, int] = field(default_factory=dict)
+
+
+def failure_kind(message: str) -> str:
+    """``dcgm gpu-node-a: ...`` -> ``dcgm``."""
+    return message.split(" ", 1)[0].split(":", 1)[0] or "unknown"
+
+
+class HubGroups:
+    """Group membership from the hub API, cached between refreshes."""
+
+    def __init__(self, api_url: str, token: str, *, every_s: float = 60.0, timeout_s: float = 10.0) -> None:
+        self.api_url, self.token = api_url.rstrip("/"), token
+        self.every_s, self.timeout_s = every_s, timeout_s
+        self.groups_of_user: dict[str, tuple[str, ...]] = {}
+        self.error: str | None = None
+        self._fetched_at = -1e18
+
+    async def refresh(self, now: float) -> dict[str, tuple[str, ...]]:
+        if now - self._fetched_at < self.every_s:
+            return self.groups_of_user
+        self._fetched_at = now
+        try:
+            members: dict[str, list[str]] = {}
+            async for group in self._groups():
+                for user in group.get("users") or []:
+                    members.setdefault(str(user), []).append(str(group["name"]))
+            self.groups_of_user = {u: tuple(sorted(g)) for u, g in members.items()}
+            self.error = None
+        except (HTTPClientError, OSError, ValueError, KeyError) as exc:
+            self.error = f"hub groups: {exc}"
+            log.warning("Cannot read the hub's groups: %s", exc)
+        return self.groups_of_user
+
+    async def _groups(self) -> Any:
+        offset = 0
+        client = AsyncHTTPClient()
+        while True:
+            url = f"{self.api_url}/groups?{urlencode({'offset': offset, 'limit': 200})}"
+            request = HTTPRequest(
+                url,
+                headers={"Authorization": f"token {self.token}", "Accept": PAGINATION},
+                request_timeout=self.timeout_s,
+            )
+            body = json.loads((await client.fetch(request)).body)
+            items = body["items"] if isinstance(body, dict) else body
+            for group in items:
+                yield group
+            following = (body.get("_pagination") or {}).get("next") if isinstance(body, dict) else None
+            if not following:
+                return
+            offset = int(following["offset"])
+
+
+class Collector:
+    """Runs the cycles and holds the latest :class:`Snapshot`."""
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        interval_s: float = 15.0,
+        idle_util_percent: float = 5.0,
+        history: History | None = None,
+        accounting: Accounting | None = None,
+        groups: HubGroups | None = None,
+    ) -> None:
+        self.source, self.interval_s, self.idle_util_percent = source, interval_s, idle_util_percent
+        self.history = history or History()
+        self.accounting = accounting or Accounting()
+        self.groups = groups
+        self.snapshot: Snapshot | None = None
+        self.stats = CycleStats()
+        self._labels: dict[str, tuple[str, str]] = {}  # workspace key -> (profile, gpu_mode)
+        self._task: asyncio.Task[None] | None = None
+        self.updated = asyncio.Event()  # set after each published cycle (tests wait on it)
+
+    async def cycle(self, now: float | None = None) -> Snapshot:
+        """Run one cycle and publish its snapshot."""
+        started, cpu0 = time.monotonic(), time.process_time()
+        now = time.time() if now is None else now
+        obs = await self.source.observe(now)
+        groups_of_user: Mapping[str, tuple[str, ...]] = {}
+        if self.groups is not None:
+            groups_of_user = await self.groups.refresh(now)
+            if self.groups.error:
+                obs = replace(obs, failed_sources=(*obs.failed_sources, self.groups.error))
+        await _yield()
+        result = attribute(obs, idle_util_percent=self.idle_util_percent)
+        await _yield()
+        previous = self.snapshot
+        dt = now - previous.at if previous is not None else 0.0
+        if dt > 4 * self.interval_s:  # a stall (or the first cycle): do not bill the gap
+            dt = self.interval_s
+        self.accounting.advance(result.workspaces, now=now, dt=dt)
+        self.history.record(now, series_of(result.cells, result.workspaces))
+        await _yield()
+        snapshot = await self._publish(now, obs, result, groups_of_user)
+        self.snapshot = snapshot
+        self._count(obs, time.monotonic() - started, time.process_time() - cpu0, now)
+        self.updated.set()
+        return snapshot
+
+    def _count(self, obs: Observation, duration: float, cpu: float, now: float) -> None:
+        s = self.stats
+        s.cycles += 1
+        s.last_at, s.last_duration_s, s.last_cpu_s = now, duration, cpu
+        s.cpu_total_s += cpu
+        failures: dict[str, int] = {}
+        for message in obs.failed_sources:
+            kind = failure_kind(message)
+            failures[kind] = failures.get(kind, 0) + 1
+            s.failures_total[kind] = s.failures_total.get(kind, 0) + 1
+        for kind in s.failures_total:
+            failures.setdefault(kind, 0)
+        s.last_failures = failures
+
+    def _accounts(
+        self, figures: Sequence[WorkspaceFigures]
+    ) -> tuple[tuple[Account, ...], dict[str, AccountEntry]]:
+        for f in figures:
+            self._labels[f.workspace.key] = (f.workspace.profile, f.workspace.gpu_mode)
+        entries = self.accounting.entries()
+        keep = {e.workspace for e in entries}
+        self._labels = {k: v for k, v in self._labels.items() if k in keep}
+        summed: dict[tuple[str, str, str, str], list[float]] = {}
+        for e in entries:
+            profile, mode = self._labels.get(e.workspace, ("", ""))
+            acc = summed.setdefault((e.user, e.server, profile, mode), [0.0, 0.0, 0.0])
+            acc[0] += e.allocated_gpu_seconds
+            acc[1] += e.used_gpu_seconds
+            acc[2] += e.idle_allocated_gpu_seconds
+        accounts = tuple(Account(*labels, *values) for labels, values in sorted(summed.items()))
+        return accounts, {e.workspace: e for e in entries}
+
+    async def _publish(
+        self, now: float, obs: Observation, result: Attribution, groups_of_user: Mapping[str, tuple[str, ...]]
+    ) -> Snapshot:
+        accounts, accounting = self._accounts(result.workspaces)
+        by_user: dict[str, list[WorkspaceFigures]] = {}
+        for f in result.workspaces:
+            by_user.setdefault(f.workspace.user, []).append(f)
+        await _yield()
+        rendered = views.build_views(result, accounting)
+        await _yield()
+        node_batch = max(1, BATCH // 20)  # a node's row carries its GPUs and their owners
+        nodes_body = await _dumps_list(rendered.nodes, now, node_batch)
+        anonymous = views.nodes_without_owners(rendered.nodes)
+        nodes_anonymous_body = await _dumps_list(anonymous, now, node_batch)
+        workspaces_body = await _dumps_list(rendered.workspaces, now)
+        workspaces_by_user = await _dumps_each(
+            {u: {"items": rows, "at": now} for u, rows in rendered.by_user.items()}
+        )
+        detail = await _dumps_each({pair: {**body, "at": now} for pair, body in rendered.details.items()})
+        return Snapshot(
+            at=now,
+            observation=obs,
+            attribution=result,
+            groups_of_user=dict(groups_of_user),
+            nodes_body=nodes_body,
+            nodes_anonymous_body=nodes_anonymous_body,
+            workspaces_body=workspaces_body,
+            workspaces_by_user=workspaces_by_user,
+            detail=detail,
+            figures_by_user={u: tuple(figs) for u, figs in by_user.items()},
+            groups={
+                g: views.group_json(t) for g, t in group_totals(result.workspaces, groups_of_user).items()
+            },
+            accounts=accounts,
+            accounting=accounting,
+        )
+
+    # ------------------------------------------------------------------------------- loop
+    async def run(self, *, freeze_gc: bool = True) -> None:
+        """Cycle every ``interval_s`` (a slow cycle delays the next; none overlap).
+
+        With ``freeze_gc`` (the service's loop), everything alive after the first cycle (the imported
+        modules, the first node and pod lists) is collected once and moved out of the cyclic
+        garbage collector's reach (:func:`gc.freeze`): without it a full collection walks every
+        object of the process (about 260,000 after the imports alone, 130-190 ms with the event
+        loop stopped) about once a cycle, which is what API requests waited for during cycles.
+        """
+        frozen = not freeze_gc
+        while True:
+            started = time.monotonic()
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("Collector cycle failed; trying again next interval")
+            if not frozen:
+                gc.collect()
+                gc.freeze()
+                frozen = True
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self.run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+def hub_groups_from_env(every_s: float) -> HubGroups | None:
+    """Group membership through the hub API when the service runs under JupyterHub."""
+    url, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
+    return HubGroups(url, token, every_s=every_s) if url and token else None

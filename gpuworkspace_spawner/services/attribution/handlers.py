@@ -1,0 +1,337 @@
+"""The attribution service's tornado handlers: JSON API, ``/metrics`` and the dashboard page.
+
+Every API answer is picked from the collector's latest :class:`.collector.Snapshot` (precomputed JSON
+bytes) and filtered by :mod:`.access`; errors are ``{"status", "message"}`` like JupyterHub's API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from jupyterhub.services.auth import HubOAuth, check_scopes
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from tornado import web
+from tornado.httputil import url_concat
+
+from ..disks.access import may_read_metrics
+from . import access, dashboard
+from .aggregate import RANKINGS, top_consumers
+from .collector import Collector, Snapshot
+from .metrics import AttributionMetrics
+from .sources import PrometheusQueries
+from .views import server_from_path, top_json
+
+log = logging.getLogger("gpuworkspace.attribution")
+SERVICE = "gpuworkspace-attribution"
+WINDOW = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_TRENDS = ("cluster:gpu_util", "cluster:gpus_allocated", "cluster:gpus_busy")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class Base(web.RequestHandler):
+    """Shared state; errors as ``{"status", "message"}`` like JupyterHub's own API."""
+
+    caller: dict[str, Any]
+
+    def initialize(self, state: State) -> None:
+        self.state = state
+
+    @property
+    def hub_auth(self) -> Any:
+        return self.state.hub_auth
+
+    def snapshot(self) -> Snapshot:
+        snap = self.state.collector.snapshot
+        if snap is None:
+            raise ApiError(503, "no data yet: the first collection cycle has not finished")
+        return snap
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        message = self._reason
+        if isinstance(exc, ApiError):
+            message = exc.message
+        elif isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, ApiError):
+            self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
+            return
+        super()._handle_request_exception(e)
+
+
+class ApiHandler(Base):
+    """JSON API: any hub token (or this service's OAuth cookie) identifies the caller; scopes decide."""
+
+    async def prepare(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        model = await self.hub_auth.get_user(self, sync=False)
+        if not model:
+            raise ApiError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
+        self.caller = model
+
+    def may_read_user(self, user: str) -> bool:
+        return access.may_read_user(self.caller, user, service=self.state.service)
+
+    def me(self) -> str | None:
+        kind, name = self.caller.get("kind", "user"), self.caller.get("name")
+        return str(name) if kind == "user" and name else None
+
+    def reply(self, body: bytes | dict[str, Any]) -> None:
+        self.finish(body if isinstance(body, bytes) else json.dumps(body, sort_keys=True))
+
+
+class NodesHandler(ApiHandler):
+    def get(self) -> None:
+        snap = self.snapshot()
+        show = self.state.show_owners_to_all or access.is_admin(self.caller)
+        self.reply(snap.nodes_body if show else snap.nodes_anonymous_body)
+
+
+class WorkspacesHandler(ApiHandler):
+    def get(self) -> None:
+        snap = self.snapshot()
+        user = self.get_argument("user", None)
+        if user is None and access.is_admin(self.caller):
+            self.reply(snap.workspaces_body)
+            return
+        user = user if user is not None else self.me()
+        if user is None:
+            self.reply(snap.empty_list())
+            return
+        if not self.may_read_user(user):
+            raise ApiError(403, f"{access_who(self.caller)} may not see the workspaces of {user}")
+        self.reply(snap.workspaces_by_user.get(user) or snap.empty_list())
+
+
+class WorkspaceHandler(ApiHandler):
+    def get(self, user: str, server: str) -> None:
+        snap = self.snapshot()
+        if not self.may_read_user(user):
+            raise ApiError(403, f"{access_who(self.caller)} may not see the workspaces of {user}")
+        body = snap.detail.get((user, server_from_path(server)))
+        if body is None:
+            name = server_from_path(server) or "(default server)"
+            raise ApiError(404, f"no running workspace {user}/{name}")
+        self.reply(body)
+
+
+class TopHandler(ApiHandler):
+    def get(self) -> None:
+        snap = self.snapshot()
+        by = self.get_argument("by", "gpu")
+        if by not in RANKINGS:
+            raise ApiError(400, f"unknown ranking {by!r}; one of {', '.join(RANKINGS)}")
+        try:
+            limit = int(self.get_argument("limit", "10"))
+        except ValueError:
+            raise ApiError(400, "limit must be an integer") from None
+        if not 1 <= limit <= 1000:  # noqa: PLR2004 - the documented range
+            raise ApiError(400, "limit must be between 1 and 1000")
+        users = access.visible_users(self.caller, snap.groups_of_user)
+        figures = (
+            snap.attribution.workspaces
+            if users is None
+            else [f for u in sorted(users) for f in snap.figures_by_user.get(u, ())]
+        )
+        scope = "all users" if users is None else "members of your groups and you"
+        self.reply(
+            {
+                "by": by,
+                "among": scope,
+                "items": top_json(top_consumers(figures, by, limit), by),
+                "at": snap.at,
+            }
+        )
+
+
+class GroupsHandler(ApiHandler):
+    def get(self) -> None:
+        snap = self.snapshot()
+        visible = access.visible_groups(self.caller, snap.groups_of_user)
+        items = [snap.groups[g] for g in sorted(visible) if g in snap.groups]
+        self.reply({"items": items, "at": snap.at})
+
+
+def parse_window(text: str) -> float:
+    """``90``, ``15m``, ``1h``, ``1d`` -> seconds."""
+    m = WINDOW.match(text.strip())
+    if not m or float(m.group(1)) <= 0:
+        raise ApiError(400, f"window {text!r}: a positive number with an optional unit s, m, h or d")
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+class TrendsHandler(ApiHandler):
+    async def get(self) -> None:
+        snap = self.snapshot()
+        window = parse_window(self.get_argument("window", "1h"))
+        raw = self.get_argument("series", "")
+        names = [n for n in raw.split(",") if n] if raw else list(DEFAULT_TRENDS)
+        if not raw and self.me():
+            names.append(f"user:{self.me()}:gpu_util")
+        denied = [n for n in names if not access.may_read_series(self.caller, n, service=self.state.service)]
+        if denied:
+            raise ApiError(403, f"{access_who(self.caller)} may not read {', '.join(denied)}")
+        since = snap.at - window
+        series: dict[str, list[list[float]]] = {}
+        for name in names:
+            points = await self.state.trend(name, since, snap.at)
+            series[name] = [[round(t, 3), v] for t, v in points]
+        source = "prometheus" if self.state.prometheus else "embedded"
+        self.reply({"window_s": window, "source": source, "series": series, "at": snap.at})
+
+
+class StatusHandler(ApiHandler):
+    def get(self) -> None:
+        snap, stats = self.state.collector.snapshot, self.state.collector.stats
+        body: dict[str, Any] = {
+            "at": snap.at if snap else None,
+            "cycles": stats.cycles,
+            "cycle_duration_s": round(stats.last_duration_s, 4),
+            "interval_s": self.state.collector.interval_s,
+            "mode": "prometheus" if self.state.prometheus else "direct",
+        }
+        if access.is_admin(self.caller):
+            body["failed_sources"] = list(snap.failed_sources) if snap else []
+            body["cycle_cpu_s"] = round(stats.last_cpu_s, 4)
+        self.reply(body)
+
+
+class MetricsHandler(ApiHandler):
+    """Prometheus text; needs ``read:metrics`` unless started with ``--metrics-public``."""
+
+    async def prepare(self) -> None:
+        if not self.state.metrics_public:
+            await super().prepare()
+            if not may_read_metrics(self.caller):
+                raise ApiError(403, f"{access_who(self.caller)} lacks the read:metrics scope")
+
+    def get(self) -> None:
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(generate_latest(self.state.registry))
+
+
+class DashboardHandler(Base):
+    """The HTML page (browser login through the hub's OAuth); ``?fragment=1`` is its content alone."""
+
+    async def prepare(self) -> None:
+        model = await self.hub_auth.get_user(self, sync=False)
+        if not model:
+            if isinstance(self.hub_auth, HubOAuth) and self.request.method == "GET":
+                state = self.hub_auth.set_state_cookie(self, next_url=self.request.uri)
+                self.redirect(url_concat(self.hub_auth.login_url, {"state": state}))
+                return
+            raise web.HTTPError(403, "log in to the hub first")
+        if not may_use_service(model, self.state.service):
+            raise web.HTTPError(
+                403, f"{access_who(model)} lacks access:services!service={self.state.service}"
+            )
+        self.caller = model
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {self._reason}")
+
+    def get(self) -> None:
+        if self._finished:
+            return
+        snap = self.state.collector.snapshot
+        if snap is None:
+            self.set_header("Refresh", "5")
+            self.finish("Collecting the first figures; this page reloads in a few seconds.")
+            return
+        ctx = dashboard.context(
+            snap,
+            self.state.collector.history,
+            self.caller,
+            service=self.state.service,
+            prefix=self.state.prefix,
+            hub_prefix=self.state.hub_prefix,
+            show_owners_to_all=self.state.show_owners_to_all,
+        )
+        name = "fragment.html" if self.get_argument("fragment", "") else "page.html"
+        self.set_header("Cache-Control", "no-store")
+        self.finish(dashboard.render(self.state.templates, name, ctx))
+
+
+def may_use_service(model: Mapping[str, Any], service: str) -> bool:
+    """The browser page: the caller's token must grant access to this service (OAuth tokens do)."""
+    return bool(check_scopes({f"access:services!service={service}"}, set(model.get("scopes") or [])))
+
+
+def access_who(model: Mapping[str, Any]) -> str:
+    kind, name = model.get("kind", "user"), str(model.get("name", "?"))
+    return name if kind == "user" else f"{kind}:{name}"
+
+
+class State:
+    """What every handler shares."""
+
+    def __init__(
+        self,
+        collector: Collector,
+        hub_auth: Any,
+        *,
+        prefix: str,
+        service: str = SERVICE,
+        hub_prefix: str = "/hub/",
+        show_owners_to_all: bool = True,
+        metrics_public: bool = False,
+        prometheus: PrometheusQueries | None = None,
+    ) -> None:
+        self.collector, self.hub_auth, self.prefix, self.service = collector, hub_auth, prefix, service
+        self.hub_prefix, self.show_owners_to_all = hub_prefix, show_owners_to_all
+        self.metrics_public, self.prometheus = metrics_public, prometheus
+        self.templates = dashboard.environment()
+        self.registry = CollectorRegistry()
+        self.registry.register(AttributionMetrics(lambda: collector.snapshot, lambda: collector.stats))
+
+    async def trend(self, name: str, since: float, until: float) -> list[tuple[float, float]]:
+        """Points of a series: Prometheus range queries for cluster/node GPU utilisation in that mode,
+        else (and for everything else) the embedded ring buffer."""
+        if self.prometheus is not None:
+            points = await prometheus_trend(self.prometheus, name, since, until)
+            if points is not None:
+                return points
+        return self.collector.history.window(name, since, until)
+
+
+async def prometheus_trend(
+    prom: PrometheusQueries, name: str, since: float, until: float
+) -> list[tuple[float, float]] | None:
+    """``cluster:gpu_util`` and ``node:<n>:gpu_util`` from Prometheus; None for other series (or on failure)."""
+    from .parsing import PROMQL, prometheus_matrix_to_points  # noqa: PLC0415 - Prometheus mode only
+
+    node = (
+        name[len("node:") : -len(":gpu_util")]
+        if name.startswith("node:") and name.endswith(":gpu_util")
+        else None
+    )
+    if name != "cluster:gpu_util" and not node:
+        return None
+    query = PROMQL["trend:cluster:gpu_util"] if node is None else PROMQL["trend:node:gpu_util"]
+    step = max(15.0, (until - since) / 240)
+    try:
+        matrix = prometheus_matrix_to_points(await prom.query_range(query, since, until, step))
+    except Exception as exc:  # a failed range query falls back to the embedded history
+        log.warning("Prometheus range query for %s failed: %s", name, exc)
+        return None
+    for labels, points in matrix:
+        if node is None or node in labels.values():
+            return points
+    return []
