@@ -236,7 +236,9 @@ def test_dashboard_renders_the_node_grid_and_charts(
         page.get_by_role("button", name="bob", exact=True).click()
         page.wait_for_url(re.compile(r".*/hub/(spawn|home).*"))
         page.goto(f"{stack.url}/hub/home")
-        page.locator("#gpuws-gpu-usage-nav").click()  # the navbar link on every hub page (and a button on home)
+        page.locator(
+            "#gpuws-gpu-usage-nav"
+        ).click()  # the navbar link on every hub page (and a button on home)
         page.wait_for_url(re.compile(rf".*{SERVICE}/.*"))
         page.locator("#node-grid").wait_for()
         cell = page.locator('.gpu-cell[data-node][data-gpu]:has-text("ana")')

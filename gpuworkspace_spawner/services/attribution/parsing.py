@@ -12,8 +12,10 @@ Direct scrapes are Prometheus text parsed with ``prometheus_client``'s parser: d
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -78,7 +80,59 @@ def _value(v: float) -> float | None:
     return None if math.isnan(v) else v
 
 
-def _text_rows(text: str) -> Iterator[Row]:
+class SeriesCache:
+    """Parsed series names and labels, by the text of the series, for scrapes repeated every cycle.
+
+    A scrape repeats the same series with new values each time; parsing dozens of labels per line
+    with ``prometheus_client``'s parser is what a collector cycle would spend most of its CPU on. The
+    first time a series appears its line goes through that parser; afterwards only the value (and
+    timestamp) after the series text is read. Bounded: emptied when it holds ``max_series``.
+    """
+
+    def __init__(self, max_series: int = 200_000) -> None:
+        self.max_series = max_series
+        # keyed by the label set's text: one entry serves every metric family of an entity
+        self._labels: dict[str, dict[str, str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def samples(self, text: str) -> Iterator[tuple[str, Mapping[str, str], float, float | None]]:
+        """(name, labels, value, timestamp in s) of every sample line; comments and blanks skipped."""
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            brace = line.find("{")
+            if brace < 0:  # no labels: "name value [timestamp]"
+                name, _, rest = line.partition(" ")
+                key, labels = "", _NO_LABELS
+            else:
+                end = line.rfind("}")
+                name, key, rest = line[:brace], line[brace : end + 1], line[end + 1 :]
+                labels = self._labels.get(key) or self._learn(key, line)
+            values = rest.split()
+            if not name or not values:
+                continue
+            timestamp = float(values[1]) / 1000 if len(values) > 1 else None
+            yield name, labels, float(values[0]), timestamp
+
+    def _learn(self, key: str, line: str) -> dict[str, str]:
+        parsed = [s for f in text_string_to_metric_families(line + "\n") for s in f.samples]
+        labels = {k: sys.intern(v) for k, v in parsed[0].labels.items()} if parsed else {}
+        if len(self._labels) >= self.max_series:
+            self._labels.clear()
+        self._labels[key] = labels
+        return labels
+
+
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+def _text_rows(text: str, cache: SeriesCache | None = None) -> Iterator[Row]:
+    if cache is not None:
+        for name, labels, value, _ts in cache.samples(text):
+            yield name, labels, value
+        return
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             yield s.name, s.labels, float(s.value)
@@ -140,14 +194,14 @@ def _device_order(d: DeviceSample) -> tuple[str, int, str, int, str]:
     )
 
 
-def parse_dcgm(text: str, node: str) -> list[DeviceSample]:
+def parse_dcgm(text: str, node: str, cache: SeriesCache | None = None) -> list[DeviceSample]:
     """dcgm-exporter's ``/metrics`` of ``node``: one sample per card or MIG instance.
 
     MIG instances (series with ``GPU_I_ID``) take ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` x 100 as their
     utilisation (their ``DCGM_FI_DEV_GPU_UTIL`` reads 0); cards fall back to it when GPU_UTIL is absent.
     Empty ``pod`` labels (an unattributed device) name no pod.
     """
-    return _devices(_text_rows(text), lambda _labels: node)
+    return _devices(_text_rows(text, cache), lambda _labels: node)
 
 
 # ----------------------------------------------------------------------------------------- agent
@@ -173,9 +227,9 @@ def _processes(rows: Iterable[Row], node_of: Callable[[Mapping[str, str]], str])
     ]
 
 
-def parse_agent(text: str, node: str) -> list[ProcessSample]:
+def parse_agent(text: str, node: str, cache: SeriesCache | None = None) -> list[ProcessSample]:
     """The node agent's ``/metrics``: per pod and card, its processes' SM utilisation and memory."""
-    return _processes(_text_rows(text), lambda _labels: node)
+    return _processes(_text_rows(text, cache), lambda _labels: node)
 
 
 def agent_nvml_up(text: str) -> bool:
@@ -187,21 +241,29 @@ def agent_nvml_up(text: str) -> bool:
 ResourceTotals = dict[tuple[str, str], tuple[float, float, float | None]]
 
 
-def parse_resource_metrics(text: str) -> ResourceTotals:
+def parse_resource_metrics(text: str, cache: SeriesCache | None = None) -> ResourceTotals:
     """The kubelet's ``/metrics/resource``: (namespace, pod) → (cpu seconds, working set bytes, ts in ms).
 
     Containers of a pod are summed; the timestamp is the latest sample's (None when the kubelet sent none).
     """
     acc: dict[tuple[str, str], list[Any]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name not in (CPU_SECONDS, WORKING_SET) or not s.labels.get("pod"):
-                continue
-            a = acc.setdefault((s.labels.get("namespace", ""), s.labels["pod"]), [0.0, 0.0, None])
-            a[0 if s.name == CPU_SECONDS else 1] += float(s.value)
-            if s.timestamp is not None:
-                ms = float(s.timestamp) * 1000
-                a[2] = ms if a[2] is None else max(a[2], ms)
+    rows = (
+        cache.samples(text)
+        if cache is not None
+        else (
+            (s.name, s.labels, float(s.value), None if s.timestamp is None else float(s.timestamp))
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        )
+    )
+    for name, labels, value, timestamp in rows:
+        if name not in (CPU_SECONDS, WORKING_SET) or not labels.get("pod"):
+            continue
+        a = acc.setdefault((labels.get("namespace", ""), labels["pod"]), [0.0, 0.0, None])
+        a[0 if name == CPU_SECONDS else 1] += value
+        if timestamp is not None:
+            ms = timestamp * 1000
+            a[2] = ms if a[2] is None else max(a[2], ms)
     return {key: (a[0], a[1], a[2]) for key, a in acc.items()}
 
 

@@ -163,6 +163,8 @@ class KubernetesSource:
         self.settings = settings
         self.http = http or Http(settings)
         self.prometheus = PrometheusQueries(settings, self.http) if settings.prometheus_url else None
+        # the same series come back every cycle: their labels are parsed once (parsing.SeriesCache)
+        self._series = {kind: parsing.SeriesCache() for kind in ("dcgm", "agent", "kubelet")}
         self.nodes: ObjectWatch | None = None
         self.pods: list[ObjectWatch] = []
         self._usage_prev: dict[UsageKey, tuple[float, float, float | None]] = {}
@@ -273,7 +275,7 @@ class KubernetesSource:
         devices: list[DeviceSample] = []
         for endpoint, text in texts:
             try:
-                devices.extend(parsing.parse_dcgm(text, endpoint.node))
+                devices.extend(parsing.parse_dcgm(text, endpoint.node, self._series["dcgm"]))
             except ValueError as exc:
                 errors.append(f"dcgm {endpoint.node}: unparsable metrics: {exc}")
             await _yield()
@@ -289,7 +291,7 @@ class KubernetesSource:
         up: set[str] = set()
         for endpoint, text in texts:
             try:
-                processes.extend(parsing.parse_agent(text, endpoint.node))
+                processes.extend(parsing.parse_agent(text, endpoint.node, self._series["agent"]))
                 if parsing.agent_nvml_up(text):
                     up.add(endpoint.node)
             except ValueError as exc:
@@ -330,7 +332,7 @@ class KubernetesSource:
                     errors.append(f"kubelet {node.name}: {_reason(result)}")
                 continue
             try:
-                current.update(parsing.parse_resource_metrics(result))
+                current.update(parsing.parse_resource_metrics(result, self._series["kubelet"]))
             except ValueError as exc:
                 errors.append(f"kubelet {node.name}: unparsable metrics: {exc}")
             await _yield()

@@ -22,6 +22,7 @@ from gpuworkspace_spawner.devcluster.sim.workloads import Workload, WorkloadBook
 from gpuworkspace_spawner.services.attribution.model import ContainerUsage
 from gpuworkspace_spawner.services.attribution.parsing import (
     PROMQL,
+    SeriesCache,
     agent_nvml_up,
     cpu_rates,
     node_info,
@@ -495,3 +496,23 @@ def test_workspace_pod(obj: dict[str, Any], expected: tuple[Any, ...] | None) ->
     assert got.memory_request == 8 * 2**30
     assert got.started_at == 1749988800.0
     assert got.key == "gpu-workspaces/jupyter-alice"
+
+
+def test_series_cache_gives_the_parsers_answers_with_each_scrapes_values() -> None:
+    """Repeated scrapes parse each series' labels once; values (and timestamps) are always the new ones."""
+    gpus = [Gpu(0, UUIDS[0]), Gpu(1, UUIDS[1], mig=(MigSlice(7, "1g.10gb", "MIG-a"),))]
+    pods = {"u-a": pod_obj("jupyter-a", "u-a", labels={"gpuworkspace.dev/user": "a"})}
+    allocs = [Allocation("u-a", UUIDS[0])]
+    cache = SeriesCache()
+    for util in (10.0, 60.0, 95.0):
+        text = _render(gpus, allocs, pods, _book(**{"u-a": util}))
+        assert parse_dcgm(text, "gpu-node-a", cache) == parse_dcgm(text, "gpu-node-a")
+        assert parse_dcgm(text, "gpu-node-a", cache)[0].util_percent == util
+    assert 0 < len(cache) < 200  # one entry per series, not per scrape
+    assert parse_agent(AGENT_TEXT, "n", cache) == parse_agent(AGENT_TEXT, "n")
+    for cpu, now in ((10.0, NOW), (40.0, NOW + 15)):
+        text = render_resource_metrics([SimUsage("ns", "p", "c", cpu, 1e9)], now)
+        assert parse_resource_metrics(text, cache) == parse_resource_metrics(text)
+    small = SeriesCache(max_series=3)
+    text = _render(gpus, allocs, pods, _book(**{"u-a": 5.0}))
+    assert parse_dcgm(text, "gpu-node-a", small) == parse_dcgm(text, "gpu-node-a") and len(small) <= 3
