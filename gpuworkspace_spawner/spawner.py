@@ -31,7 +31,7 @@ from .catalog import (
     resolve_user_options,
 )
 from .compat import SpawnException
-from .k8s import Conflict, Forbidden, KubernetesError, NotFound, custom, gateway
+from .k8s import Conflict, Forbidden, KubernetesError, NotFound, Unavailable, custom, gateway
 from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VIRTUAL_MACHINES, VM_INSTANCES, ClusterWatch
 from .k8s.errors import as_kubernetes_error
 from .k8s.reflectors import ClaimReflector
@@ -50,6 +50,7 @@ CATALOG_RELOAD_FAILURES = Counter(
     "gpuworkspace_catalog_reload_failures_total",
     "Catalog reloads that failed validation (the hub kept serving the last good catalog)",
 )
+CLUSTER_WATCH_READY_S = 30.0  # a fencing check waits this long for the first list of nodes/attachments
 DEFAULT_URLS = {"jupyterlab": "/lab", "code-server": "/vscode/"}
 _STATUS = {"forbidden-profile": 403}
 log = logging.getLogger("gpuworkspace.catalog")
@@ -290,10 +291,17 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         if shared:
             raise SpawnException(shared, reason="disk", status_code=409)
         pv_name = (claim.get("spec") or {}).get("volumeName")
-        attachments, nodes = (
-            await self._cluster_watch("volumeattachments"),
-            await self._cluster_watch("nodes"),
-        )
+        try:
+            attachments, nodes = (
+                await self._cluster_watch("volumeattachments"),
+                await self._cluster_watch("nodes"),
+            )
+        except Unavailable as exc:  # fail closed: no evidence, no start
+            raise SpawnException(
+                f"Cannot check where disk {claim_name} is attached ({exc}); try again shortly",
+                reason="fencing",
+                status_code=503,
+            ) from None
         last_node = self._last_node()
         if not evidence_needed(pv_name, list(attachments.objects.values()), nodes.objects.values()):
             return  # the fast path: attached nowhere and every node reachable (read from watch caches)
@@ -358,7 +366,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
                 else ("CoreV1Api", "list_node")
             )
             cls._cluster_watches[kind] = ClusterWatch(api, method, log)
-        await cls._cluster_watches[kind].first_load
+        await cls._cluster_watches[kind].ready(timeout_s=CLUSTER_WATCH_READY_S)
         return cls._cluster_watches[kind]
 
     async def _supervise(self, task: asyncio.Future[Any], started: float) -> Any:

@@ -6,7 +6,6 @@ that binds group/version/plural, so they share its resume, re-list and failure h
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from traitlets import Unicode, default
 
 from .errors import Conflict, NotFound, api_errors
 from .gateway import MERGE_PATCH, Api, Obj, _json
+from .observing import ObjectWatch
 
 
 @dataclass(frozen=True)
@@ -287,50 +287,11 @@ class CustomReflector(ResourceReflector):
         return self.resources
 
 
-class ClusterWatch:
-    """A cluster-scoped kind (Nodes, VolumeAttachments) kept current by list + watch, keyed by name.
-
-    KubeSpawner's ResourceReflector keys objects by namespace, which cluster-scoped objects lack, so
-    this is a small list-then-watch loop of its own: re-list on 410 Gone or any error, after a pause.
-    """
+class ClusterWatch(ObjectWatch):
+    """A cluster-scoped kind (Nodes, VolumeAttachments) kept current by list + watch, keyed by name."""
 
     def __init__(self, api_name: str, list_method: str, log: Any, *, watch_timeout_s: int = 300) -> None:
-        self.api_name, self.list_method, self.log = api_name, list_method, log
-        self.watch_timeout_s = watch_timeout_s
-        self.objects: dict[str, Obj] = {}
-        self.first_load: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._task = asyncio.ensure_future(self._run())
-
-    async def _run(self) -> None:
-        api = shared_client(self.api_name)
-        list_objects = getattr(api, self.list_method)
-        while True:
-            try:
-                listed = await _json(list_objects(_preload_content=False, _request_timeout=60))
-                self.objects = {o["metadata"]["name"]: o for o in listed.get("items") or []}
-                if not self.first_load.done():
-                    self.first_load.set_result(None)
-                version = listed["metadata"].get("resourceVersion")
-                async with watch.Watch() as stream:
-                    async for event in stream.stream(
-                        list_objects,
-                        resource_version=version,
-                        timeout_seconds=self.watch_timeout_s,
-                        _request_timeout=self.watch_timeout_s + 30,
-                    ):
-                        obj = event["raw_object"]
-                        if event["type"] == "DELETED":
-                            self.objects.pop(obj["metadata"]["name"], None)
-                        elif event["type"] in ("ADDED", "MODIFIED"):
-                            self.objects[obj["metadata"]["name"]] = obj
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure: list again, like a reflector
-                if not self.first_load.done():
-                    self.first_load.set_exception(exc)
-                    return
-                self.log.warning("%s watch failed (%s); listing again", self.list_method, exc)
-                await asyncio.sleep(1)
+        super().__init__(list_method, log, api_name=api_name, watch_timeout_s=watch_timeout_s)
 
     def attached(self, pv_name: str) -> list[Obj]:
         """VolumeAttachments of ``pv_name`` (for a VolumeAttachment watch)."""
@@ -339,10 +300,6 @@ class ClusterWatch:
             for a in self.objects.values()
             if (a.get("spec") or {}).get("source", {}).get("persistentVolumeName") == pv_name
         ]
-
-    async def stop(self) -> None:
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
 
 
 async def wait_for_change(

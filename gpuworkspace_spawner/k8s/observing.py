@@ -2,8 +2,9 @@
 
 :class:`ObjectWatch` keeps the objects of one list method current by list + watch (no polling), for
 cluster-scoped kinds (nodes) and for label-selected objects of one namespace or of all namespaces
-(workspace pods). Unlike :class:`.custom.ClusterWatch` it never gives up: a failed list is retried,
-its error kept in :attr:`ObjectWatch.error` for the caller to report, the last objects kept meanwhile.
+(workspace pods). It never gives up: a failed list is retried, its error kept in
+:attr:`ObjectWatch.error` for the caller to report, the last objects kept meanwhile; callers that need
+the first list wait for it with :meth:`ObjectWatch.ready`.
 Watch events are left as API dicts (``Watch(return_type="object")``): no client models are built.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubespawner.clients import shared_client
 
+from .errors import Unavailable
 from .gateway import Obj, _json
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -103,6 +105,13 @@ class ObjectWatch:
                     continue
                 self.changes += 1
         return version
+
+    async def ready(self, timeout_s: float) -> None:
+        """Wait for the first list; :class:`.errors.Unavailable` (with the last error) after ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self.synced.wait(), timeout_s)
+        except TimeoutError:
+            raise Unavailable(503, f"{self.what} not listed yet: {self.error or 'no answer'}") from None
 
     async def stop(self) -> None:
         self._task.cancel()
