@@ -23,6 +23,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -447,3 +448,12 @@ class HubStack:
         for proc in self.logs():
             print(f"\n----- last {lines} lines of {proc.log_path}", file=sys.stderr)
             print(proc.tail(lines), file=sys.stderr)
+
+
+def oidc_login(page: Any, stack: HubStack, user: str) -> None:
+    """Log ``user`` in through the hub's login page and oidc-provider-mock (one button per user)."""
+    page.goto(f"{stack.url}/hub/login")
+    page.get_by_text(re.compile("Sign in with")).click()
+    page.wait_for_url(f"{stack.oidc.url}/oauth2/authorize*")
+    page.get_by_role("button", name=user, exact=True).click()
+    page.wait_for_url(re.compile(r".*/hub/(spawn|home).*"))

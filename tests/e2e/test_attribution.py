@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from .agents import start_agents
-from .harness import REPO, HubStack, http
+from .harness import REPO, HubStack, http, oidc_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -230,11 +230,7 @@ def test_dashboard_renders_the_node_grid_and_charts(
     page = context.new_page()
     page.set_default_timeout(30_000)
     try:
-        page.goto(f"{stack.url}/hub/login")
-        page.get_by_text(re.compile("Sign in with")).click()
-        page.wait_for_url(f"{stack.oidc.url}/oauth2/authorize*")
-        page.get_by_role("button", name="bob", exact=True).click()
-        page.wait_for_url(re.compile(r".*/hub/(spawn|home).*"))
+        oidc_login(page, stack, "bob")
         page.goto(f"{stack.url}/hub/home")
         page.locator(
             "#gpuws-gpu-usage-nav"

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from typing import Any
 
 import pytest
 
-from .harness import HubStack, http
+from .harness import HubStack, http, oidc_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -38,12 +37,7 @@ def test_browser_login_spawn_lands_in_jupyterlab(stack: HubStack, browser: Any) 
     page = context.new_page()
     page.set_default_timeout(30_000)
     try:
-        page.goto(f"{stack.url}/hub/login")
-        page.get_by_text(re.compile("Sign in with")).click()
-        # oidc-provider-mock's authorization page: one button per predefined user
-        page.wait_for_url(f"{stack.oidc.url}/oauth2/authorize*")
-        page.get_by_role("button", name="alice", exact=True).click()
-        page.wait_for_url(re.compile(r".*/hub/(spawn|home).*"))
+        oidc_login(page, stack, "alice")
         if "/hub/spawn" not in page.url:
             page.goto(f"{stack.url}/hub/spawn")
         # the spawn page lists the profiles (KubeSpawner: one radio button per slug)
@@ -71,11 +65,7 @@ def test_browser_starts_a_vm_workspace_from_the_spawn_page(stack: HubStack, brow
     page = context.new_page()
     page.set_default_timeout(30_000)
     try:
-        page.goto(f"{stack.url}/hub/login")
-        page.get_by_text(re.compile("Sign in with")).click()
-        page.wait_for_url(f"{stack.oidc.url}/oauth2/authorize*")
-        page.get_by_role("button", name="bob", exact=True).click()
-        page.wait_for_url(re.compile(r".*/hub/(spawn|home).*"))
+        oidc_login(page, stack, "bob")
         page.goto(f"{stack.url}/hub/spawn/bob/vmws")
         page.locator("#spawn_form").wait_for()
         assert "whole Linux VM" in page.locator("#spawn_form").inner_text()
