@@ -265,6 +265,28 @@ def _use_gpuworkspace() -> None:
     _register_attribution_service()
 
 
+def _add_service(service: dict[str, Any], *, roles: tuple[dict[str, Any], ...] = ()) -> None:
+    """Append a hub service (and roles for it) to what earlier configuration set."""
+    c.JupyterHub.services = [*(c.JupyterHub.services if "services" in c.JupyterHub else []), service]
+    if roles:
+        c.JupyterHub.load_roles = [*_roles(), *roles]
+
+
+def _roles() -> list[dict[str, Any]]:
+    return list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
+
+
+def _let_users_open(service: str) -> None:
+    """Give every user access:services for ``service``, so a browser can log in to it with OAuth."""
+    roles = _roles()
+    user_role = next((r for r in roles if r.get("name") == "user"), None)
+    if user_role is None:
+        user_role = {"name": "user", "scopes": ["self"]}
+        roles.append(user_role)
+    user_role["scopes"] = [*user_role["scopes"], f"access:services!service={service}"]
+    c.JupyterHub.load_roles = roles
+
+
 def _register_disk_service() -> None:
     """The disk admin API (docs/reference/disk-api.md) as a managed service at /services/gpuworkspace-disks/.
 
@@ -292,14 +314,8 @@ def _register_disk_service() -> None:
         "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
         "oauth_no_confirm": True,
     }
-    c.JupyterHub.services = [*(c.JupyterHub.services if "services" in c.JupyterHub else []), service]
-    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
-    user_role = next((r for r in roles if r.get("name") == "user"), None)
-    if user_role is None:
-        user_role = {"name": "user", "scopes": ["self"]}
-        roles.append(user_role)
-    user_role["scopes"] = [*user_role["scopes"], "access:services!service=gpuworkspace-disks"]
-    c.JupyterHub.load_roles = roles
+    _add_service(service)
+    _let_users_open("gpuworkspace-disks")
 
 
 def _register_reclaimer() -> None:
@@ -319,7 +335,7 @@ def _register_reclaimer() -> None:
         ],
         "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
     }
-    c.JupyterHub.services = [*(c.JupyterHub.services if "services" in c.JupyterHub else []), service]
+    _add_service(service)
 
 
 def _register_attribution_service() -> None:
@@ -360,22 +376,14 @@ def _register_attribution_service() -> None:
         "oauth_no_confirm": True,
         "display": True,  # listed in the hub's Services menu (the home page links it as "GPU usage")
     }
-    c.JupyterHub.services = [*(c.JupyterHub.services if "services" in c.JupyterHub else []), service]
-    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
-    roles.append(
-        {
-            "name": "gpuworkspace-attribution",
-            "description": "Read group membership for the GPU attribution service's group totals",
-            "scopes": ["list:groups", "read:groups"],
-            "services": [name],
-        }
-    )
-    user_role = next((r for r in roles if r.get("name") == "user"), None)
-    if user_role is None:
-        user_role = {"name": "user", "scopes": ["self"]}
-        roles.append(user_role)
-    user_role["scopes"] = [*user_role["scopes"], f"access:services!service={name}"]
-    c.JupyterHub.load_roles = roles
+    role = {
+        "name": name,
+        "description": "Read group membership for the GPU attribution service's group totals",
+        "scopes": ["list:groups", "read:groups"],
+        "services": [name],
+    }
+    _add_service(service, roles=(role,))
+    _let_users_open(name)
 
 
 if SPAWNER == "kubespawner":
