@@ -19,6 +19,7 @@ from tornado import web
 from tornado.httputil import url_concat
 
 from ..disks.access import may_read_metrics
+from ..serving import JsonErrors, ServiceError
 from . import access, dashboard
 from .aggregate import RANKINGS, top_consumers
 from .collector import Collector, Snapshot
@@ -33,13 +34,7 @@ UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_TRENDS = ("cluster:gpu_util", "cluster:gpus_allocated", "cluster:gpus_busy")
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-class Base(web.RequestHandler):
+class Base(JsonErrors):
     """Shared state; errors as ``{"status", "message"}`` like JupyterHub's own API."""
 
     caller: dict[str, Any]
@@ -54,24 +49,8 @@ class Base(web.RequestHandler):
     def snapshot(self) -> Snapshot:
         snap = self.state.collector.snapshot
         if snap is None:
-            raise ApiError(503, "no data yet: the first collection cycle has not finished")
+            raise ServiceError(503, "no data yet: the first collection cycle has not finished")
         return snap
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = (kwargs.get("exc_info") or (None, None, None))[1]
-        message = self._reason
-        if isinstance(exc, ApiError):
-            message = exc.message
-        elif isinstance(exc, web.HTTPError) and exc.log_message:
-            message = exc.log_message % exc.args if exc.args else exc.log_message
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": message}))
-
-    def _handle_request_exception(self, e: BaseException) -> None:
-        if isinstance(e, ApiError):
-            self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
-            return
-        super()._handle_request_exception(e)
 
 
 class ApiHandler(Base):
@@ -82,7 +61,7 @@ class ApiHandler(Base):
         self.set_header("Cache-Control", "no-store")
         model = await self.hub_auth.get_user(self, sync=False)
         if not model:
-            raise ApiError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
+            raise ServiceError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
         self.caller = model
 
     def may_read_user(self, user: str) -> bool:
@@ -115,7 +94,7 @@ class WorkspacesHandler(ApiHandler):
             self.reply(snap.empty_list())
             return
         if not self.may_read_user(user):
-            raise ApiError(403, f"{access_who(self.caller)} may not see the workspaces of {user}")
+            raise ServiceError(403, f"{access_who(self.caller)} may not see the workspaces of {user}")
         self.reply(snap.workspaces_by_user.get(user) or snap.empty_list())
 
 
@@ -123,11 +102,11 @@ class WorkspaceHandler(ApiHandler):
     def get(self, user: str, server: str) -> None:
         snap = self.snapshot()
         if not self.may_read_user(user):
-            raise ApiError(403, f"{access_who(self.caller)} may not see the workspaces of {user}")
+            raise ServiceError(403, f"{access_who(self.caller)} may not see the workspaces of {user}")
         body = snap.detail.get((user, server_from_path(server)))
         if body is None:
             name = server_from_path(server) or "(default server)"
-            raise ApiError(404, f"no running workspace {user}/{name}")
+            raise ServiceError(404, f"no running workspace {user}/{name}")
         self.reply(body)
 
 
@@ -136,13 +115,13 @@ class TopHandler(ApiHandler):
         snap = self.snapshot()
         by = self.get_argument("by", "gpu")
         if by not in RANKINGS:
-            raise ApiError(400, f"unknown ranking {by!r}; one of {', '.join(RANKINGS)}")
+            raise ServiceError(400, f"unknown ranking {by!r}; one of {', '.join(RANKINGS)}")
         try:
             limit = int(self.get_argument("limit", "10"))
         except ValueError:
-            raise ApiError(400, "limit must be an integer") from None
+            raise ServiceError(400, "limit must be an integer") from None
         if not 1 <= limit <= 1000:  # noqa: PLR2004 - the documented range
-            raise ApiError(400, "limit must be between 1 and 1000")
+            raise ServiceError(400, "limit must be between 1 and 1000")
         users = access.visible_users(self.caller, snap.groups_of_user)
         figures = (
             snap.attribution.workspaces
@@ -172,7 +151,7 @@ def parse_window(text: str) -> float:
     """``90``, ``15m``, ``1h``, ``1d`` -> seconds."""
     m = WINDOW.match(text.strip())
     if not m or float(m.group(1)) <= 0:
-        raise ApiError(400, f"window {text!r}: a positive number with an optional unit s, m, h or d")
+        raise ServiceError(400, f"window {text!r}: a positive number with an optional unit s, m, h or d")
     return float(m.group(1)) * UNITS[m.group(2)]
 
 
@@ -186,7 +165,7 @@ class TrendsHandler(ApiHandler):
             names.append(f"user:{self.me()}:gpu_util")
         denied = [n for n in names if not access.may_read_series(self.caller, n, service=self.state.service)]
         if denied:
-            raise ApiError(403, f"{access_who(self.caller)} may not read {', '.join(denied)}")
+            raise ServiceError(403, f"{access_who(self.caller)} may not read {', '.join(denied)}")
         since = snap.at - window
         series: dict[str, list[list[float]]] = {}
         for name in names:
@@ -219,7 +198,7 @@ class MetricsHandler(ApiHandler):
         if not self.state.metrics_public:
             await super().prepare()
             if not may_read_metrics(self.caller):
-                raise ApiError(403, f"{access_who(self.caller)} lacks the read:metrics scope")
+                raise ServiceError(403, f"{access_who(self.caller)} lacks the read:metrics scope")
 
     def get(self) -> None:
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)

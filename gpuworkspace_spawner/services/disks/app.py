@@ -24,17 +24,17 @@ from tornado import web
 
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import KubernetesError, Unavailable, gateway
-from ..serving import listen_address, until_stopped
+from ..serving import JsonErrors, ServiceError, listen_address, until_stopped
 from . import access
 from .metrics import DiskMetrics, KubeletScrape, VolumeStats
-from .operations import DiskOperations, OperationError, Settings
+from .operations import DiskOperations, Settings
 
 log = logging.getLogger("gpuworkspace.disks")
 MAX_BODY = 16 * 1024
 DEFAULT_SERVER_PATH = ("~", "default")  # path segments meaning JupyterHub's unnamed server ("")
 
 
-class ApiHandler(web.RequestHandler):
+class ApiHandler(JsonErrors):
     """JSON in and out; errors as ``{"status", "message"}`` like JupyterHub's own API."""
 
     hub_auth: Any
@@ -51,57 +51,45 @@ class ApiHandler(web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
         model = await self.hub_auth.get_user(self, sync=False)
         if not model:
-            raise OperationError(
-                403, "missing or invalid credentials: send 'Authorization: token <hub token>'"
-            )
+            raise ServiceError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
         token_auth = getattr(self, "_token_authenticated", False)
         if self.request.method not in ("GET", "HEAD") and not token_auth:
-            raise OperationError(403, "changes need a token in the Authorization header, not a cookie")
+            raise ServiceError(403, "changes need a token in the Authorization header, not a cookie")
         self.caller = model
 
     def body(self, allowed: dict[str, type], required: Sequence[str] = ()) -> dict[str, Any]:
         raw = self.request.body or b"{}"
         if len(raw) > MAX_BODY:
-            raise OperationError(413, f"request body over {MAX_BODY} bytes")
+            raise ServiceError(413, f"request body over {MAX_BODY} bytes")
         try:
             body = json.loads(raw)
         except ValueError as exc:
-            raise OperationError(400, f"request body is not JSON: {exc}") from None
+            raise ServiceError(400, f"request body is not JSON: {exc}") from None
         if not isinstance(body, dict):
-            raise OperationError(400, "request body must be a JSON object")
+            raise ServiceError(400, "request body must be a JSON object")
         unknown = sorted(set(body) - set(allowed))
         if unknown:
-            raise OperationError(
+            raise ServiceError(
                 400, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed) or 'none'}"
             )
         for key in required:
             if key not in body:
-                raise OperationError(400, f"field {key!r} is required")
+                raise ServiceError(400, f"field {key!r} is required")
         for key, kind in allowed.items():
             if key in body and body[key] is not None and not isinstance(body[key], kind):
-                raise OperationError(400, f"field {key!r} must be a {kind.__name__}")
+                raise ServiceError(400, f"field {key!r} must be a {kind.__name__}")
         return body
 
     def reply(self, obj: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(obj, sort_keys=True))
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = (kwargs.get("exc_info") or (None, None, None))[1]
-        message = self._reason
-        if isinstance(exc, OperationError):
-            message = exc.message
-        elif isinstance(exc, web.HTTPError) and exc.log_message:
-            message = exc.log_message % exc.args if exc.args else exc.log_message
-        elif isinstance(exc, KubernetesError):
-            message = f"Kubernetes API: {exc}"
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": message}))
+    def error_message(self, exc: BaseException | None) -> str:
+        if isinstance(exc, KubernetesError):
+            return f"Kubernetes API: {exc}"
+        return super().error_message(exc)
 
     def _handle_request_exception(self, e: BaseException) -> None:
-        if isinstance(e, OperationError):
-            self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
-            return
         if isinstance(e, KubernetesError):
             log.warning("%s %s: %s", self.request.method, self.request.path, e)
             self.send_error(
@@ -125,8 +113,8 @@ class WorkspaceHandler(ApiHandler):
         items = await self.ops.workspaces(self.caller, user, _server(server))
         if not items:
             if not access.may_read(self.caller, user, service=self.ops.settings.service_name):
-                raise OperationError(403, f"{access.who(self.caller)} may not see the workspaces of {user}")
-            raise OperationError(404, f"no workspace disk for {user}/{_server(server)}")
+                raise ServiceError(403, f"{access.who(self.caller)} may not see the workspaces of {user}")
+            raise ServiceError(404, f"no workspace disk for {user}/{_server(server)}")
         items.sort(key=lambda i: i["disk"]["kind"] != "home")
         self.reply(items[0])
 
@@ -177,7 +165,7 @@ class MetricsHandler(ApiHandler):
         if not self.public:
             await super().prepare()
             if not access.may_read_metrics(self.caller):
-                raise OperationError(403, f"{access.who(self.caller)} lacks the read:metrics scope")
+                raise ServiceError(403, f"{access.who(self.caller)} lacks the read:metrics scope")
 
     async def get(self) -> None:
         self.collector.claims = {

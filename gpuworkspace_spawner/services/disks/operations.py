@@ -2,7 +2,7 @@
 
 Stateless (Kubernetes is the database): every call reads what it needs. Each operation writes audit
 records (JSON log line + Event on the claim) naming the caller, the workspace, profile, catalog version
-and disk. Failures the caller can act on are :class:`OperationError` with an HTTP status.
+and disk. Failures the caller can act on are :class:`ServiceError` with an HTTP status.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from ...manifests.names import (
     LABEL_USER,
     label_value,
 )
+from ..serving import ServiceError
 from . import access
 from .metrics import VolumeStats
 from .views import Related, owner, snapshot_view, workspace_item
@@ -58,12 +59,6 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _STATUS = {"invalid": 400, "conflict": 409}
 DV = ("cdi.kubevirt.io", "v1beta1", "datavolumes")
 VMS = ("kubevirt.io", "v1", "virtualmachines")
-
-
-class OperationError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 @dataclass(frozen=True)
@@ -138,19 +133,19 @@ class DiskOperations:
         try:
             return await gateway.read_pvc(self.api, self.settings.namespace, name, request_timeout=self._rt)
         except NotFound:
-            raise OperationError(404, f"no claim {name} in namespace {self.settings.namespace}") from None
+            raise ServiceError(404, f"no claim {name} in namespace {self.settings.namespace}") from None
 
     async def readable_claim(self, caller: Obj, name: str) -> Obj:
         claim = await self.claim(name)
         if disk_kind(claim) is None or LABEL_USER not in (claim["metadata"].get("labels") or {}):
-            raise OperationError(404, f"claim {name} is not a workspace disk")
+            raise ServiceError(404, f"claim {name} is not a workspace disk")
         if not access.may_read(caller, owner(claim)[0], service=self.settings.service_name):
-            raise OperationError(403, f"{access.who(caller)} may not see the disks of {owner(claim)[0]}")
+            raise ServiceError(403, f"{access.who(caller)} may not see the disks of {owner(claim)[0]}")
         return claim
 
     def require_admin(self, caller: Obj, what: str) -> None:
         if not access.is_admin(caller):
-            raise OperationError(403, f"{what} needs the admin:servers scope; {access.who(caller)} lacks it")
+            raise ServiceError(403, f"{what} needs the admin:servers scope; {access.who(caller)} lacks it")
 
     # ------------------------------------------------------------------------ audit
     def _record(self, action: Action, claim: Obj, message: str, caller: Obj, **details: Any) -> AuditRecord:
@@ -184,9 +179,9 @@ class DiskOperations:
         except KubernetesError as exc:
             log.warning("Could not record audit event %s for %s: %s", action, record.name, exc)
 
-    async def _refuse(self, verdict: Verdict, claim: Obj, caller: Obj, operation: str) -> OperationError:
+    async def _refuse(self, verdict: Verdict, claim: Obj, caller: Obj, operation: str) -> ServiceError:
         await self.audit("disk-operation-refused", claim, f"{operation} refused: {verdict.reason}", caller)
-        return OperationError(_STATUS.get(verdict.refusal or "conflict", 409), verdict.reason)
+        return ServiceError(_STATUS.get(verdict.refusal or "conflict", 409), verdict.reason)
 
     # ------------------------------------------------------------------------ resize
     def size_limit(self, claim: Obj) -> SizeLimit:
@@ -286,7 +281,7 @@ class DiskOperations:
                 self.api, self.settings.namespace, body, request_timeout=self._rt
             )
         except Conflict:
-            raise OperationError(409, f"a snapshot named {name} already exists") from None
+            raise ServiceError(409, f"a snapshot named {name} already exists") from None
         try:
             snap = (
                 await storage.wait_for_snapshot(
@@ -315,9 +310,7 @@ class DiskOperations:
             raise await self._refuse(base, claim, caller, "snapshot")
         snap_name = snapshot or snapshot_name(name, datetime.now(UTC), SNAPSHOT_MANUAL)
         if not _DNS_SUBDOMAIN.fullmatch(snap_name):
-            raise OperationError(
-                400, f"snapshot name {snap_name!r} is not a valid object name (DNS subdomain)"
-            )
+            raise ServiceError(400, f"snapshot name {snap_name!r} is not a valid object name (DNS subdomain)")
         snap, ready = await self._take_snapshot(caller, claim, snap_name, SNAPSHOT_MANUAL)
         return snapshot_view(snap), ready
 
@@ -337,13 +330,13 @@ class DiskOperations:
         verdict = decide_restore(claim, source, users=await self._users(name))
         if not verdict.allowed:
             if source is None:
-                raise OperationError(404, f"no snapshot {snapshot} in namespace {self.settings.namespace}")
+                raise ServiceError(404, f"no snapshot {snapshot} in namespace {self.settings.namespace}")
             raise await self._refuse(verdict, claim, caller, "restore")
         assert source is not None
         safety_name = snapshot_name(name, datetime.now(UTC), SNAPSHOT_SAFETY)
         _, ready = await self._take_snapshot(caller, claim, safety_name, SNAPSHOT_SAFETY)
         if not ready:
-            raise OperationError(
+            raise ServiceError(
                 504, f"the safety snapshot {safety_name} was not ready in time; nothing was changed"
             )
         claim = await self.claim(name)  # again: a start may have begun meanwhile
@@ -369,7 +362,7 @@ class DiskOperations:
                 request_timeout=self._rt,
             )
         except (Conflict, NotFound) as exc:
-            raise OperationError(
+            raise ServiceError(
                 409,
                 f"the claim changed before it could be replaced ({exc.message}); nothing was deleted; retry",
             ) from None
@@ -388,7 +381,7 @@ class DiskOperations:
         except (KubernetesError, TimeoutError) as exc:
             message = f"Restore of {meta['name']} failed after the old claim was deleted: {exc}. The previous content is in snapshot {safety}: restore from it"
             await self.audit("disk-restore-failed", claim, message, caller, **details)
-            raise OperationError(500, message) from exc
+            raise ServiceError(500, message) from exc
         message = f"Disk restored from snapshot {source['metadata']['name']} (previous content in snapshot {safety})"
         await self.audit("disk-restored", new, message, caller, **details)
         return {
@@ -433,7 +426,7 @@ class DiskOperations:
                 request_timeout=self._rt,
             )
         except (Conflict, NotFound) as exc:
-            raise OperationError(
+            raise ServiceError(
                 409, f"claim {name} changed since the decision ({exc.message}); not deleted"
             ) from None
         message = f"Retained disk deleted by an administrator before its retention ended: {verdict.reason}"
