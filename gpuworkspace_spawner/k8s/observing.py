@@ -134,18 +134,15 @@ def node_watch(log: logging.Logger) -> ObjectWatch:
     return ObjectWatch("list_node", log)
 
 
-async def list_endpoint_slices(namespace: str, service: str, *, request_timeout: float) -> list[Obj]:
+def endpoint_slice_watch(log: logging.Logger, namespace: str, service: str) -> ObjectWatch:
     """The EndpointSlices of Service ``namespace/service`` (label ``kubernetes.io/service-name``)."""
-    api = shared_client("DiscoveryV1Api")
-    listed = await _json(
-        api.list_namespaced_endpoint_slice(
-            namespace,
-            label_selector=f"{SERVICE_NAME_LABEL}={service}",
-            _preload_content=False,
-            _request_timeout=request_timeout,
-        )
+    return ObjectWatch(
+        "list_namespaced_endpoint_slice",
+        log,
+        args=(namespace,),
+        label_selector=f"{SERVICE_NAME_LABEL}={service}",
+        api_name="DiscoveryV1Api",
     )
-    return list(listed.get("items") or [])
 
 
 async def load_config() -> None:

@@ -30,8 +30,8 @@ from urllib.parse import urlencode
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from ...k8s import KubernetesError
-from ...k8s.observing import ObjectWatch, list_endpoint_slices, node_watch, pod_watches
+from ...k8s import KubernetesError, Unavailable
+from ...k8s.observing import ObjectWatch, endpoint_slice_watch, node_watch, pod_watches
 from ...manifests.names import LABEL_USER
 from . import parsing
 from .model import ContainerUsage, DeviceSample, NodeInfo, Observation, ProcessSample, WorkspacePod
@@ -167,6 +167,7 @@ class KubernetesSource:
         self._series = {kind: parsing.SeriesCache() for kind in ("dcgm", "agent", "kubelet")}
         self.nodes: ObjectWatch | None = None
         self.pods: list[ObjectWatch] = []
+        self.slices: dict[tuple[str, str], ObjectWatch] = {}  # scraped Service → its EndpointSlices
         self._usage_prev: dict[UsageKey, tuple[float, float, float | None]] = {}
         self._usage_prev_at: float | None = None
         self._pod_cache: tuple[int, tuple[WorkspacePod, ...]] = (-1, ())
@@ -175,14 +176,19 @@ class KubernetesSource:
     async def start(self) -> None:
         self.nodes = node_watch(log)
         self.pods = pod_watches(log, LABEL_USER, self.settings.namespaces)
-        waits = [w.synced.wait() for w in (self.nodes, *self.pods)]
+        s = self.settings
+        if self.prometheus is None:
+            for service in (s.dcgm_service, s.agent_service):
+                if service is not None:
+                    self.slices[service] = endpoint_slice_watch(log, *service)
+        waits = [w.synced.wait() for w in (self.nodes, *self.pods, *self.slices.values())]
         try:
             await asyncio.wait_for(asyncio.gather(*waits), timeout=30)
         except TimeoutError:
             log.warning("The first node/pod lists have not arrived after 30 s; going on")
 
     async def stop(self) -> None:
-        for w in (self.nodes, *self.pods):
+        for w in (self.nodes, *self.pods, *self.slices.values()):
             if w is not None:
                 await w.stop()
         self.http.close()
@@ -204,7 +210,8 @@ class KubernetesSource:
 
     # ------------------------------------------------------------------------ one cycle
     async def observe(self, now: float) -> Observation:
-        failed = [f"kubernetes {w.what}: {w.error}" for w in (self.nodes, *self.pods) if w and w.error]
+        watches = (self.nodes, *self.pods, *self.slices.values())
+        failed = [f"kubernetes {w.what}: {w.error}" for w in watches if w and w.error]
         nodes, workspaces = self._node_infos(), self._workspaces()
         if self.prometheus is not None:
             devices, processes, agent_nodes, usage, errors = await self.prometheus.observe()
@@ -224,10 +231,12 @@ class KubernetesSource:
             failed_sources=tuple([*failed, *errors]),
         )
 
-    async def _endpoints(self, service: tuple[str, str], port_name: str) -> list[Endpoint]:
-        namespace, name = service
-        slices = await list_endpoint_slices(namespace, name, request_timeout=self.settings.timeout_s)
-        return slice_endpoints(slices, port_name)
+    def _endpoints(self, service: tuple[str, str], port_name: str) -> list[Endpoint]:
+        """Ready endpoints from the watched EndpointSlices (the last good list while the watch fails)."""
+        watched = self.slices[service]
+        if watched.error and not watched.synced.is_set():
+            raise Unavailable(503, watched.error)
+        return slice_endpoints(list(watched.objects.values()), port_name)
 
     async def _get_cut(
         self, url: str, families: Iterable[str] | None, headers: Mapping[str, str] | None = None, **kw: Any
@@ -252,7 +261,7 @@ class KubernetesSource:
         ``families`` the texts hold only those families' lines.
         """
         try:
-            endpoints = await self._endpoints(service, port_name)
+            endpoints = self._endpoints(service, port_name)
         except KubernetesError as exc:
             return [], [f"{what} discovery {service[0]}/{service[1]}: {exc}"]
         if not endpoints and not optional:
