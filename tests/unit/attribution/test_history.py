@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from gpuworkspace_spawner.services.attribution.history import History, series_of
@@ -61,3 +63,14 @@ def test_series_of_a_cycle() -> None:
     assert s["user:a:gpu_util"] == 60.0 and s["user:a:gpus"] == 1.0
     assert "user:b:gpu_util" not in s and s["user:b:gpus"] == 1.0  # passthrough: use unknown
     assert s["node:gpu-node-a:gpu_util"] == 40.0 and s["node:gpu-node-a:gpus_allocated"] == 2.0
+
+
+def test_a_full_day_is_bounded_and_user_series_are_coarser() -> None:
+    h = History(capacity=1440, step_s=60)
+    for k in range(3000):  # two days and more of cycles, one a minute
+        h.record(T0 + 60 * k, {"cluster:gpu_util": k % 100, "user:a:gpus": 1.5})
+    cluster, user = h.window("cluster:gpu_util", 0), h.window("user:a:gpus", 0)
+    assert len(cluster) == 1440 and cluster[-1] == (T0 + 60 * 2999, 2999 % 100)
+    spacing = {b[0] - a[0] for a, b in itertools.pairwise(user[:-1])}  # the last: still filling
+    assert len(user) == 288 and spacing == {300}
+    assert user[-1][1] == 1.5 and user[-1][0] >= T0 + 60 * 2999 - 300
