@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubernetes_asyncio import watch
@@ -46,8 +46,10 @@ class ObjectWatch:
         api_name: str = "CoreV1Api",
         watch_timeout_s: int = 300,
         retry_s: float = 2.0,
+        keep: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.list_method, self.log, self.args = list_method, log, tuple(args)
+        self.keep = keep  # what of each object to hold (e.g. the fields a caller reads), else all of it
         self.label_selector, self.api_name = label_selector, api_name
         self.watch_timeout_s, self.retry_s = watch_timeout_s, retry_s
         self.objects: dict[str, Obj] = {}
@@ -71,7 +73,8 @@ class ObjectWatch:
                 listed = await _json(
                     list_objects(*self.args, **kwargs, _preload_content=False, _request_timeout=60)
                 )
-                self.objects = {_key(o): o for o in listed.get("items") or []}
+                keep = self.keep or (lambda o: o)
+                self.objects = {_key(o): keep(o) for o in listed.get("items") or []}
                 self.error, self.changes = None, self.changes + 1
                 self.synced.set()
                 version = (listed.get("metadata") or {}).get("resourceVersion")
@@ -100,7 +103,7 @@ class ObjectWatch:
                 if event["type"] == "DELETED":
                     self.objects.pop(_key(obj), None)
                 elif event["type"] in ("ADDED", "MODIFIED"):
-                    self.objects[_key(obj)] = obj
+                    self.objects[_key(obj)] = self.keep(obj) if self.keep else obj
                 else:
                     continue
                 self.changes += 1
@@ -119,13 +122,16 @@ class ObjectWatch:
 
 
 def pod_watches(
-    log: logging.Logger, label_selector: str, namespaces: Sequence[str] = ()
+    log: logging.Logger,
+    label_selector: str,
+    namespaces: Sequence[str] = (),
+    keep: Callable[[Obj], Obj] | None = None,
 ) -> list[ObjectWatch]:
     """Watches of the pods matching ``label_selector``: one across all namespaces, or one per namespace."""
     if not namespaces:
-        return [ObjectWatch("list_pod_for_all_namespaces", log, label_selector=label_selector)]
+        return [ObjectWatch("list_pod_for_all_namespaces", log, label_selector=label_selector, keep=keep)]
     return [
-        ObjectWatch("list_namespaced_pod", log, args=(ns,), label_selector=label_selector)
+        ObjectWatch("list_namespaced_pod", log, args=(ns,), label_selector=label_selector, keep=keep)
         for ns in namespaces
     ]
 

@@ -406,6 +406,26 @@ def _epoch(stamp: Any) -> float | None:
         return None
 
 
+def pod_essentials(pod_obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a pod :func:`workspace_pod` reads (what a watch cache needs to hold of it)."""
+    meta, spec, status = (pod_obj.get(k) or {} for k in ("metadata", "spec", "status"))
+    kept_meta = ("name", "namespace", "uid", "labels", "annotations", "deletionTimestamp")
+    return {
+        "metadata": {k: meta[k] for k in kept_meta if k in meta},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            **{
+                kind: [
+                    {"name": c.get("name"), "resources": c.get("resources") or {}}
+                    for c in spec.get(kind) or []
+                ]
+                for kind in ("containers", "initContainers")
+            },
+        },
+        "status": {"phase": status.get("phase"), "startTime": status.get("startTime")},
+    }
+
+
 def workspace_pod(pod_obj: Mapping[str, Any]) -> WorkspacePod | None:
     """A pod → :class:`.WorkspacePod`, or None when it is no workspace or holds nothing.
 

@@ -175,7 +175,7 @@ class KubernetesSource:
 
     async def start(self) -> None:
         self.nodes = node_watch(log)
-        self.pods = pod_watches(log, LABEL_USER, self.settings.namespaces)
+        self.pods = pod_watches(log, LABEL_USER, self.settings.namespaces, keep=parsing.pod_essentials)
         s = self.settings
         if self.prometheus is None:
             for service in (s.dcgm_service, s.agent_service):
