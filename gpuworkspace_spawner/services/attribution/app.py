@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +44,8 @@ from .sources import KubernetesSource, Settings
 
 log = logging.getLogger("gpuworkspace.attribution")
 DEFAULT_PORT = 10102
+SWITCH_INTERVAL_S = 0.001
+M_ARENA_MAX = -8  # glibc's mallopt parameter
 
 
 def make_app(state: State) -> web.Application:
@@ -166,6 +170,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
+def _share_malloc_arena() -> None:
+    """Let the collector's thread allocate from glibc's main arena: a second arena kept ~30 MiB of
+    freed snapshot memory of its own (``mallopt(M_ARENA_MAX, 1)``; a no-op without glibc)."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, 1)
+    except (OSError, AttributeError):
+        log.debug("not glibc: malloc arenas left as they are")
+
+
 def _listen(args: argparse.Namespace) -> tuple[str, int]:
     return listen_address(args.listen, DEFAULT_PORT)
 
@@ -201,6 +214,9 @@ async def serve(args: argparse.Namespace) -> int:
     )
     host, port = _listen(args)
     server = make_app(state).listen(port, host, xheaders=True)
+    # the collector's pure work runs on a thread: hand the GIL back to the API's loop every 1 ms, not 5
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    _share_malloc_arena()
     collector.start()
     mode = f"Prometheus {settings.prometheus_url}" if settings.prometheus_url else "direct scrapes"
     log.info("%s on http://%s:%s%s (%s, every %ss)", SERVICE, host, port, prefix, mode, args.interval)

@@ -6,9 +6,9 @@ already JSON bytes (the node list, every user's workspace list, every workspace'
 request is a dict lookup (and, for rankings and groups, a filter). The cycle's wall time and process
 CPU time are kept in :class:`CycleStats` for ``/metrics``.
 
-The cycle runs on the event loop that serves the API, so its CPU-bound steps are cut small: it
-yields to the loop between steps and while it renders the bodies (in batches of :data:`BATCH` rows),
-which keeps API latency during a cycle near that of one step rather than of the whole cycle.
+The cycle's CPU-bound steps (attribution, rendering the bodies) are pure and run on a worker thread,
+so the event loop keeps answering the API during a cycle; the service shortens the interpreter's
+switch interval (``sys.setswitchinterval``) so that a request waits about a millisecond for the GIL.
 
 Group membership (for group totals and for whom a user may rank among) comes from the hub API
 (``GET /hub/api/groups``, scopes ``list:groups`` and ``read:groups``), refreshed every few cycles.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from urllib.parse import urlencode
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from . import views
-from .aggregate import AccountEntry, Accounting, group_totals
+from .aggregate import AccountEntry, Accounting, group_totals, top_consumers
 from .history import History, series_of
 from .model import Observation, WorkspaceFigures
 from .rules import Attribution, attribute
@@ -38,10 +39,8 @@ from .sources import Source
 
 log = logging.getLogger("gpuworkspace.attribution")
 PAGINATION = "application/jupyterhub-pagination+json"
+FULL_GC_EVERY_S = 3600.0  # a full garbage collection (one pause of ~0.2 s) this often
 K = TypeVar("K")
-
-
-BATCH = 100  # rows rendered between two yields to the event loop
 
 
 def _dumps(obj: Any) -> bytes:
@@ -49,27 +48,9 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
-async def _yield() -> None:
-    await asyncio.sleep(0)
-
-
-async def _dumps_list(items: Sequence[Any], at: float, batch: int = BATCH) -> bytes:
-    """``_dumps({"items": items, "at": at})``, rendered ``batch`` items at a time with yields between."""
-    parts: list[bytes] = []
-    for start in range(0, len(items), batch):
-        parts.extend(_dumps(item) for item in items[start : start + batch])
-        await _yield()
-    return b'{"at":' + _dumps(at) + b',"items":[' + b",".join(parts) + b"]}"
-
-
-async def _dumps_each(bodies: Mapping[K, Any], batch: int = BATCH) -> dict[K, bytes]:
-    """``{key: _dumps(body)}``, ``batch`` bodies at a time with yields between."""
-    out: dict[K, bytes] = {}
-    for n, (key, body) in enumerate(bodies.items(), 1):
-        out[key] = _dumps(body)
-        if n % batch == 0:
-            await _yield()
-    return out
+def _dumps_list(items: Sequence[Any], at: float) -> bytes:
+    """``_dumps({"items": items, "at": at})``."""
+    return b'{"at":' + _dumps(at) + b',"items":[' + b",".join(_dumps(item) for item in items) + b"]}"
 
 
 @dataclass(frozen=True)
@@ -102,10 +83,20 @@ class Snapshot:
     groups: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # group -> group_json
     accounts: tuple[Account, ...] = ()
     accounting: Mapping[str, AccountEntry] = field(default_factory=dict)
+    _rankings: dict[str, list[tuple[WorkspaceFigures, float]]] = field(default_factory=dict, repr=False)
 
     @property
     def failed_sources(self) -> tuple[str, ...]:
         return self.observation.failed_sources
+
+    def top(self, by: str, users: frozenset[str] | None, limit: int) -> list[tuple[WorkspaceFigures, float]]:
+        """The ``limit`` largest consumers ``by`` (:data:`.aggregate.RANKINGS`) among ``users`` (None: all);
+        each ranking is computed once per snapshot, then only filtered per request."""
+        if by not in self._rankings:
+            figures = self.attribution.workspaces
+            self._rankings[by] = top_consumers(figures, by, len(figures))
+        ranked = (item for item in self._rankings[by] if users is None or item[0].workspace.user in users)
+        return list(itertools.islice(ranked, limit))
 
     def empty_list(self) -> bytes:
         return _dumps({"items": [], "at": self.at})
@@ -206,17 +197,17 @@ class Collector:
             groups_of_user = await self.groups.refresh(now)
             if self.groups.error:
                 obs = replace(obs, failed_sources=(*obs.failed_sources, self.groups.error))
-        await _yield()
-        result = attribute(obs, idle_util_percent=self.idle_util_percent)
-        await _yield()
+        # The pure work runs on a thread: the event loop keeps answering the API meanwhile (the
+        # service sets a short GIL switch interval, so a request waits at most about a millisecond).
+        result = await asyncio.to_thread(attribute, obs, idle_util_percent=self.idle_util_percent)
         previous = self.snapshot
         dt = now - previous.at if previous is not None else 0.0
         if dt > 4 * self.interval_s:  # a stall (or the first cycle): do not bill the gap
             dt = self.interval_s
         self.accounting.advance(result.workspaces, now=now, dt=dt)
         self.history.record(now, series_of(result.cells, result.workspaces))
-        await _yield()
-        snapshot = await self._publish(now, obs, result, groups_of_user)
+        accounts, accounting = self._accounts(result.workspaces)
+        snapshot = await asyncio.to_thread(_render, now, obs, result, groups_of_user, accounts, accounting)
         self.snapshot = snapshot
         self._count(obs, time.monotonic() - started, time.process_time() - cpu0, now)
         self.updated.set()
@@ -254,54 +245,19 @@ class Collector:
         accounts = tuple(Account(*labels, *values) for labels, values in sorted(summed.items()))
         return accounts, {e.workspace: e for e in entries}
 
-    async def _publish(
-        self, now: float, obs: Observation, result: Attribution, groups_of_user: Mapping[str, tuple[str, ...]]
-    ) -> Snapshot:
-        accounts, accounting = self._accounts(result.workspaces)
-        by_user: dict[str, list[WorkspaceFigures]] = {}
-        for f in result.workspaces:
-            by_user.setdefault(f.workspace.user, []).append(f)
-        await _yield()
-        rendered = views.build_views(result, accounting)
-        await _yield()
-        node_batch = max(1, BATCH // 20)  # a node's row carries its GPUs and their owners
-        nodes_body = await _dumps_list(rendered.nodes, now, node_batch)
-        anonymous = views.nodes_without_owners(rendered.nodes)
-        nodes_anonymous_body = await _dumps_list(anonymous, now, node_batch)
-        workspaces_body = await _dumps_list(rendered.workspaces, now)
-        workspaces_by_user = await _dumps_each(
-            {u: {"items": rows, "at": now} for u, rows in rendered.by_user.items()}
-        )
-        detail = await _dumps_each({pair: {**body, "at": now} for pair, body in rendered.details.items()})
-        return Snapshot(
-            at=now,
-            observation=obs,
-            attribution=result,
-            groups_of_user=dict(groups_of_user),
-            nodes_body=nodes_body,
-            nodes_anonymous_body=nodes_anonymous_body,
-            workspaces_body=workspaces_body,
-            workspaces_by_user=workspaces_by_user,
-            detail=detail,
-            figures_by_user={u: tuple(figs) for u, figs in by_user.items()},
-            groups={
-                g: views.group_json(t) for g, t in group_totals(result.workspaces, groups_of_user).items()
-            },
-            accounts=accounts,
-            accounting=accounting,
-        )
-
     # ------------------------------------------------------------------------------- loop
     async def run(self, *, freeze_gc: bool = True) -> None:
         """Cycle every ``interval_s`` (a slow cycle delays the next; none overlap).
 
-        With ``freeze_gc`` (the service's loop), everything alive after the first cycle (the imported
-        modules, the first node and pod lists) is collected once and moved out of the cyclic
-        garbage collector's reach (:func:`gc.freeze`): without it a full collection walks every
-        object of the process (about 260,000 after the imports alone, 130-190 ms with the event
-        loop stopped) about once a cycle, which is what API requests waited for during cycles.
+        With ``freeze_gc`` (the service's loop), what is alive after each cycle (the imported modules,
+        the watched objects, the snapshot just published) is moved out of the cyclic garbage
+        collector's reach (:func:`gc.freeze`) after a collection of the young generations. Without it,
+        each cycle's new snapshot (hundreds of thousands of objects) triggers a full collection
+        about once a cycle, 130-190 ms with the event loop stopped, which is what API requests waited
+        for. Objects are still freed by reference counting when a snapshot is replaced; cyclic garbage
+        among frozen objects waits for the full collection done every ``FULL_GC_EVERY_S``.
         """
-        frozen = not freeze_gc
+        last_full = time.monotonic()
         while True:
             started = time.monotonic()
             try:
@@ -310,10 +266,13 @@ class Collector:
                 raise
             except Exception:
                 log.exception("Collector cycle failed; trying again next interval")
-            if not frozen:
-                gc.collect()
+            if freeze_gc:
+                if time.monotonic() - last_full >= FULL_GC_EVERY_S:
+                    gc.unfreeze()
+                    gc.collect()
+                    last_full = time.monotonic()
+                gc.collect(1)
                 gc.freeze()
-                frozen = True
             await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def start(self) -> None:
@@ -323,6 +282,36 @@ class Collector:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+def _render(
+    now: float,
+    obs: Observation,
+    result: Attribution,
+    groups_of_user: Mapping[str, tuple[str, ...]],
+    accounts: tuple[Account, ...],
+    accounting: dict[str, AccountEntry],
+) -> Snapshot:
+    """One cycle's snapshot with every API body rendered (pure; run on a worker thread)."""
+    by_user: dict[str, list[WorkspaceFigures]] = {}
+    for f in result.workspaces:
+        by_user.setdefault(f.workspace.user, []).append(f)
+    rendered = views.build_views(result, accounting)
+    return Snapshot(
+        at=now,
+        observation=obs,
+        attribution=result,
+        groups_of_user=dict(groups_of_user),
+        nodes_body=_dumps_list(rendered.nodes, now),
+        nodes_anonymous_body=_dumps_list(views.nodes_without_owners(rendered.nodes), now),
+        workspaces_body=_dumps_list(rendered.workspaces, now),
+        workspaces_by_user={u: _dumps({"items": rows, "at": now}) for u, rows in rendered.by_user.items()},
+        detail={pair: _dumps({**body, "at": now}) for pair, body in rendered.details.items()},
+        figures_by_user={u: tuple(figs) for u, figs in by_user.items()},
+        groups={g: views.group_json(t) for g, t in group_totals(result.workspaces, groups_of_user).items()},
+        accounts=accounts,
+        accounting=accounting,
+    )
 
 
 def hub_groups_from_env(every_s: float) -> HubGroups | None:

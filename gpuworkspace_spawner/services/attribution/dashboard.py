@@ -17,15 +17,15 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from . import access
-from .aggregate import top_consumers
 from .charts import bar_chart, line_chart, util_color
 from .collector import Snapshot
 from .history import History
-from .model import Basis, GpuCell, WorkspaceFigures
+from .model import Basis, GpuCell
 from .views import cell_basis, grid_order
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "attribution"
 CHART_WINDOW_S = 6 * 3600
+TOP_N = 10  # bars in the top consumers chart
 MIB = 1024 * 1024
 LEGEND: tuple[tuple[str, str], ...] = (
     (str(Basis.MEASURED), "the device's own counter, one owner (a whole card or a MIG instance)."),
@@ -97,12 +97,6 @@ def _cell_view(cell: GpuCell, show_owners: bool) -> CellView:
     return CellView(cell, util_color(cell.util_percent), str(basis), caveat, owners)
 
 
-def _visible_figures(snap: Snapshot, users: frozenset[str] | None) -> list[WorkspaceFigures]:
-    if users is None:
-        return list(snap.attribution.workspaces)
-    return [f for u in sorted(users) for f in snap.figures_by_user.get(u, ())]
-
-
 def context(
     snap: Snapshot,
     history: History,
@@ -120,9 +114,7 @@ def context(
     for c in sorted(snap.attribution.cells, key=grid_order):
         cells_by_node.setdefault(c.node, []).append(_cell_view(c, show_owners_to_all or admin))
     mine = list(snap.attribution.workspaces) if admin else list(snap.figures_by_user.get(me, ()))
-    ranked = top_consumers(
-        _visible_figures(snap, access.visible_users(caller, snap.groups_of_user)), "gpu", 10
-    )
+    ranked = snap.top("gpu", access.visible_users(caller, snap.groups_of_user), TOP_N)
     bars = [(owner_label(f.workspace.user, f.workspace.server), v) for f, v in ranked]
     since = snap.at - CHART_WINDOW_S
     charts = [

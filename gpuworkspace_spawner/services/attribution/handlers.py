@@ -21,7 +21,7 @@ from tornado.httputil import url_concat
 from ..disks.access import may_read_metrics
 from ..serving import JsonErrors, ServiceError
 from . import access, dashboard
-from .aggregate import RANKINGS, top_consumers
+from .aggregate import RANKINGS
 from .collector import Collector, Snapshot
 from .metrics import AttributionMetrics
 from .sources import PrometheusQueries
@@ -74,6 +74,10 @@ class ApiHandler(Base):
     def reply(self, body: bytes | dict[str, Any]) -> None:
         self.finish(body if isinstance(body, bytes) else json.dumps(body, sort_keys=True))
 
+    def compute_etag(self) -> None:
+        """No ETag: answers are ``no-store`` and up to megabytes; hashing each cost more than sending it."""
+        return None
+
 
 class NodesHandler(ApiHandler):
     def get(self) -> None:
@@ -123,17 +127,12 @@ class TopHandler(ApiHandler):
         if not 1 <= limit <= 1000:  # noqa: PLR2004 - the documented range
             raise ServiceError(400, "limit must be between 1 and 1000")
         users = access.visible_users(self.caller, snap.groups_of_user)
-        figures = (
-            snap.attribution.workspaces
-            if users is None
-            else [f for u in sorted(users) for f in snap.figures_by_user.get(u, ())]
-        )
         scope = "all users" if users is None else "members of your groups and you"
         self.reply(
             {
                 "by": by,
                 "among": scope,
-                "items": top_json(top_consumers(figures, by, limit), by),
+                "items": top_json(snap.top(by, users, limit), by),
                 "at": snap.at,
             }
         )
