@@ -42,6 +42,8 @@ ANN_RETAIN_UNTIL = _PREFIX + "retain-until"
 ANN_LAST_NODE = _PREFIX + "last-node"  # where the disk was last attached: a fencing-check input
 ANN_RETAINED_AT = _PREFIX + "retained-at"
 ANN_RETAINED_BY = _PREFIX + "retained-by"
+# set by an admin on a workspace pod (a VM: its template's annotations) to keep the idle culler away
+ANN_CULL_EXEMPT = _PREFIX + "cull-exempt"
 
 RETAINED_BY_SERVER_DELETED = "server-deleted"
 RETAINED_BY_USER_DELETED = "user-deleted"

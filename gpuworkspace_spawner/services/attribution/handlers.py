@@ -90,7 +90,7 @@ class WorkspacesHandler(ApiHandler):
     def get(self) -> None:
         snap = self.snapshot()
         user = self.get_argument("user", None)
-        if user is None and access.is_admin(self.caller):
+        if user is None and access.lists_everyone(self.caller):
             self.reply(snap.workspaces_body)
             return
         user = user if user is not None else self.me()

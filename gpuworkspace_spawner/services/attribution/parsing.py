@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ...catalog.units import GPU_RESOURCE, SHARED_GPU_RESOURCE, parse_quantity
 from ...manifests.names import (
+    ANN_CULL_EXEMPT,
     ANN_PROFILE,
     ANN_SERVERNAME,
     ANN_USERNAME,
@@ -469,6 +470,7 @@ def workspace_pod(pod_obj: Mapping[str, Any]) -> WorkspacePod | None:
         memory_limit=limits.get("memory"),
         gpu_resources=gpus,
         started_at=_epoch(status.get("startTime")),
+        cull_exempt=str(annotations.get(ANN_CULL_EXEMPT, "")).lower() == "true",
     )
 
 

@@ -138,6 +138,7 @@ def workspace_json(figures: WorkspaceFigures, accounting: AccountEntry | None = 
         "phase": w.phase,
         "cost_center": w.cost_center,
         "started_at": w.started_at,
+        "cull_exempt": w.cull_exempt,
         "cpu": {"request": _r(w.cpu_request), "limit": _r(w.cpu_limit), "used": _r(figures.cpu_cores, 3)},
         "memory": {"request": w.memory_request, "limit": w.memory_limit, "used": figures.memory_bytes},
         "gpu": {

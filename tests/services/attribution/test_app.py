@@ -103,6 +103,8 @@ TOKENS: dict[str, dict[str, Any]] = {
     "bob": {"kind": "user", "name": "bob", "scopes": [ACCESS]},
     "admin": {"kind": "user", "name": "admin", "scopes": ["admin:servers", "read:metrics", ACCESS]},
     "nobody": {"kind": "user", "name": "zed", "scopes": []},
+    # the idle culler's token: every user's servers readable, nothing admin
+    "culler": {"kind": "service", "name": "gpuworkspace-culler", "scopes": ["read:servers", "list:users"]},
 }
 
 
@@ -193,6 +195,13 @@ async def test_workspaces_are_own_for_users_and_all_for_admins(base: str) -> Non
     assert [w["user"] for w in filtered["items"]] == ["bob"]
     denied = await get_json(base + "api/v1/workspaces?user=alice", "bob", 403)
     assert denied["status"] == 403 and "alice" in denied["message"]
+
+
+async def test_a_token_reading_all_servers_lists_every_workspace(base: str) -> None:
+    """The idle culler reads every workspace's GPU figures with unfiltered read:servers, not admin."""
+    everyone = await get_json(base + "api/v1/workspaces", "culler")
+    assert {w["user"] for w in everyone["items"]} == {"alice", "bob", "carol", "dave", "erin"}
+    assert all(w["cull_exempt"] is False for w in everyone["items"])
 
 
 @pytest.mark.parametrize(

@@ -498,6 +498,15 @@ def test_workspace_pod(obj: dict[str, Any], expected: tuple[Any, ...] | None) ->
     assert got.memory_request == 8 * 2**30
     assert got.started_at == 1749988800.0
     assert got.key == "gpu-workspaces/jupyter-alice"
+    assert got.cull_exempt is False
+
+
+@pytest.mark.parametrize(
+    ("value", "exempt"), [("true", True), ("True", True), ("false", False), ("yes", False), ("", False)]
+)
+def test_the_cull_exempt_annotation_reaches_the_workspace(value: str, exempt: bool) -> None:
+    got = workspace_pod(pod_essentials(_pod(annotations={"gpuworkspace.dev/cull-exempt": value})))
+    assert got is not None and got.cull_exempt is exempt
 
 
 def test_series_cache_gives_the_parsers_answers_with_each_scrapes_values() -> None:
