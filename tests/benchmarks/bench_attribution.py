@@ -15,7 +15,7 @@ How it measures
     the kubelet's ``:10250/metrics/resource``, fixed texts rendered by the devcluster's renderers); and
     a fake hub API (``GET /hub/api/user`` answering each token's model, ``GET /hub/api/groups``
     paginated like JupyterHub's) for HubAuth, which caches token lookups as in production.
-  * The service: ``python -m gpuworkspace_spawner.services.attribution.app --interval 5
+  * The service: ``python -m gpuworkspace_spawner.services.attribution --interval 5
     --kubelet-scheme http --agent-service none`` as a subprocess with a hub service's environment and
     ``KUBECONFIG``. The interval is 5 s, not the production 15 s, so that the load phase spans several
     cycles in a short run; a cycle's work does not depend on the interval.
@@ -344,7 +344,7 @@ class Service:
         cmd = [
             sys.executable,
             "-m",
-            "gpuworkspace_spawner.services.attribution.app",
+            "gpuworkspace_spawner.services.attribution",
             "--interval",
             str(interval),
             "--kubelet-scheme",
@@ -653,6 +653,8 @@ def full_history_mib(nodes: int, workspaces: int) -> float:
 
 def imports_only_rss() -> float:
     code = (
+        "from gpuworkspace_spawner.services import lean_imports\n"
+        "lean_imports.install()  # as the service's __main__ does\n"
         "import gpuworkspace_spawner.services.attribution.app\n"
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS:')][0])"
     )

@@ -45,7 +45,9 @@ from .sources import KubernetesSource, Settings
 log = logging.getLogger("gpuworkspace.attribution")
 DEFAULT_PORT = 10102
 SWITCH_INTERVAL_S = 0.001
-M_ARENA_MAX = -8  # glibc's mallopt parameter
+M_ARENA_MAX = -8  # glibc's mallopt parameters
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 256 * 1024
 
 
 def make_app(state: State) -> web.Application:
@@ -170,11 +172,18 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-def _share_malloc_arena() -> None:
-    """Let the collector's thread allocate from glibc's main arena: a second arena kept ~30 MiB of
-    freed snapshot memory of its own (``mallopt(M_ARENA_MAX, 1)``; a no-op without glibc)."""
+def _tune_malloc() -> None:
+    """Two glibc settings that keep freed memory from staying in the process (no-ops without glibc):
+
+    - one arena: a second one, for the collector's thread, kept ~30 MiB of freed snapshot memory;
+    - a fixed mmap threshold: glibc raises it to 32 MiB after the first large block is freed, after
+      which the API's megabyte bodies and the snapshots' buffers came from the heap and stayed there
+      (~30 MiB after a burst of requests); at 256 KiB they are mapped and unmapped again.
+    """
     try:
-        ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, 1)
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_ARENA_MAX, 1)
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     except (OSError, AttributeError):
         log.debug("not glibc: malloc arenas left as they are")
 
@@ -216,7 +225,7 @@ async def serve(args: argparse.Namespace) -> int:
     server = make_app(state).listen(port, host, xheaders=True)
     # the collector's pure work runs on a thread: hand the GIL back to the API's loop every 1 ms, not 5
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    _share_malloc_arena()
+    _tune_malloc()
     collector.start()
     mode = f"Prometheus {settings.prometheus_url}" if settings.prometheus_url else "direct scrapes"
     log.info("%s on http://%s:%s%s (%s, every %ss)", SERVICE, host, port, prefix, mode, args.interval)

@@ -40,6 +40,7 @@ from .sources import Source
 log = logging.getLogger("gpuworkspace.attribution")
 PAGINATION = "application/jupyterhub-pagination+json"
 FULL_GC_EVERY_S = 3600.0  # a full garbage collection (one pause of ~0.2 s) this often
+NO_AUTOMATIC_FULL_GC = 2**31 - 1  # gc threshold of the oldest generation: never reached
 K = TypeVar("K")
 
 
@@ -71,7 +72,7 @@ class Snapshot:
     """One cycle's result, never changed once published."""
 
     at: float
-    observation: Observation
+    failed_sources: tuple[str, ...]  # of the observation (which is not kept: only its attribution is)
     attribution: Attribution
     groups_of_user: Mapping[str, tuple[str, ...]]
     nodes_body: bytes  # GET api/v1/nodes
@@ -84,10 +85,6 @@ class Snapshot:
     accounts: tuple[Account, ...] = ()
     accounting: Mapping[str, AccountEntry] = field(default_factory=dict)
     _rankings: dict[str, list[tuple[WorkspaceFigures, float]]] = field(default_factory=dict, repr=False)
-
-    @property
-    def failed_sources(self) -> tuple[str, ...]:
-        return self.observation.failed_sources
 
     def top(self, by: str, users: frozenset[str] | None, limit: int) -> list[tuple[WorkspaceFigures, float]]:
         """The ``limit`` largest consumers ``by`` (:data:`.aggregate.RANKINGS`) among ``users`` (None: all);
@@ -254,9 +251,14 @@ class Collector:
         collector's reach (:func:`gc.freeze`) after a collection of the young generations. Without it,
         each cycle's new snapshot (hundreds of thousands of objects) triggers a full collection
         about once a cycle, 130-190 ms with the event loop stopped, which is what API requests waited
-        for. Objects are still freed by reference counting when a snapshot is replaced; cyclic garbage
-        among frozen objects waits for the full collection done every ``FULL_GC_EVERY_S``.
+        for. Automatic collections of the oldest generation are off as well: during a cycle they scanned
+        the cycle's new objects again and again (25-85 ms each, finding nothing), holding the GIL the
+        API's loop waits for. Objects are still freed by reference counting when a snapshot is
+        replaced; cyclic garbage waits for the full collection done every ``FULL_GC_EVERY_S``.
         """
+        if freeze_gc:
+            young, middle, _ = gc.get_threshold()
+            gc.set_threshold(young, middle, NO_AUTOMATIC_FULL_GC)
         last_full = time.monotonic()
         while True:
             started = time.monotonic()
@@ -299,7 +301,7 @@ def _render(
     rendered = views.build_views(result, accounting)
     return Snapshot(
         at=now,
-        observation=obs,
+        failed_sources=obs.failed_sources,
         attribution=result,
         groups_of_user=dict(groups_of_user),
         nodes_body=_dumps_list(rendered.nodes, now),

@@ -67,7 +67,7 @@ class WorkspacePod:
     memory_limit: float | None = None
     gpu_resources: Mapping[str, int] = field(default_factory=dict)  # extended resource → count (limits)
     started_at: float | None = None  # epoch seconds
-    cull_exempt: bool = False  # annotated gpuworkspace.io/cull-exempt: "true" (read by the idle culler)
+    cull_exempt: bool = False  # annotated gpuworkspace.dev/cull-exempt: "true" (read by the idle culler)
 
     @property
     def key(self) -> str:
