@@ -28,6 +28,13 @@ GPUWS_ATTRIBUTION_     its collection cycle in seconds             ``15``
 INTERVAL
 GPUWS_ATTRIBUTION_     a Prometheus to read GPU/CPU figures from   unset: scrape dcgm-exporter,
 PROMETHEUS_URL         instead of scraping                         the kubelets and agents directly
+GPUWS_CULLER           ``0`` to not run the idle culler            ``1``
+GPUWS_CULLER_PORT      the idle culler's port (loopback)           ``10103``
+GPUWS_CULLER_INTERVAL  its cycle in seconds                        ``300``
+GPUWS_CULLER_CONFIG    a traitlets config file for it              unset: the defaults
+                       (docs/reference/culler.md)
+GPUWS_CULLER_ARGS      extra command-line arguments for it         unset
+                       (shell words; the tests use it)
 JUPYTERHUB_CRYPT_KEY   when set, auth state (the OIDC tokens) is   unset: auth state is not kept
                        stored encrypted with this key
 =====================  ==========================================  ===============================
@@ -36,6 +43,7 @@ JUPYTERHUB_CRYPT_KEY   when set, auth state (the OIDC tokens) is   unset: auth s
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -263,6 +271,8 @@ def _use_gpuworkspace() -> None:
     _register_disk_service()
     _register_reclaimer()
     _register_attribution_service()
+    if _env("GPUWS_CULLER", "1") != "0":
+        _register_culler_service()
 
 
 def _add_service(service: dict[str, Any], *, roles: tuple[dict[str, Any], ...] = ()) -> None:
@@ -359,7 +369,7 @@ def _register_attribution_service() -> None:
     command = [
         sys.executable,
         "-m",
-        "gpuworkspace_spawner.services.attribution.app",
+        "gpuworkspace_spawner.services.attribution",
         "--interval",
         _env("GPUWS_ATTRIBUTION_INTERVAL", "15"),
         # the devcluster's kubelets serve plain HTTP; real kubelets need https (the default)
@@ -380,6 +390,79 @@ def _register_attribution_service() -> None:
         "name": name,
         "description": "Read group membership for the GPU attribution service's group totals",
         "scopes": ["list:groups", "read:groups"],
+        "services": [name],
+    }
+    _add_service(service, roles=(role,))
+    _let_users_open(name)
+
+
+# The idle culler's role (see _register_culler_service for why each one).
+CULLER_SCOPES = [
+    "list:users",
+    "read:users:activity",
+    "read:servers",
+    "delete:servers",
+    "access:servers",
+    "read:users:groups",
+]
+
+
+def _service_url(name: str) -> str | None:
+    """The direct URL of a service registered above, or None."""
+    services = c.JupyterHub.services if "services" in c.JupyterHub else []
+    return next((s.get("url") for s in services if s.get("name") == name), None)
+
+
+def _register_culler_service() -> None:
+    """The idle culler (docs/how-to/idle-culler.md) as a managed service at /services/gpuworkspace-culler/:
+    warns users in stages, then stops idle servers through the hub API (never removing them, so every
+    disk is kept); a status page and JSON API list the upcoming stops with their reasons.
+
+    Least privilege: the service's own token gets one role with only what a cycle needs:
+
+    - ``list:users``: list the users and their running servers (``GET /hub/api/users?state=ready``);
+    - ``read:users:activity``: each user's and server's ``last_activity`` in that list;
+    - ``read:servers``: each server's ``started``, ``url`` and ``user_options`` (the profile) in that list;
+    - ``delete:servers``: stop a server (``DELETE /hub/api/users/<u>/servers/<s>``; never ``remove``);
+    - ``access:servers``: probe the single-user servers through the proxy (``/api/status``,
+      ``/api/kernels``, ``/api/terminals``) and, with save-first, ask them to save open notebooks;
+    - ``read:users:groups``: each user's groups, for ``exempt_groups`` (without it, group exemptions
+      would silently never match, and an exempt user's server would be stopped).
+
+    It gets no ``admin:*`` scope, cannot start servers, read tokens or change users. Users get
+    ``access:services!service=gpuworkspace-culler`` so that their browser can log in to it: the home
+    page's banner reads their own warnings from ``api/v1/notices``, and the status page shows their
+    servers.
+    """
+    name = "gpuworkspace-culler"
+    port = int(_env("GPUWS_CULLER_PORT", "10103"))
+    command = [
+        sys.executable,
+        "-m",
+        "gpuworkspace_spawner.services.culler.app",
+        # single-user servers are reached through the proxy, as users reach them
+        "--proxy-url",
+        c.JupyterHub.bind_url,
+        "--interval",
+        _env("GPUWS_CULLER_INTERVAL", "300"),
+    ]
+    attribution = _service_url("gpuworkspace-attribution")
+    if attribution:  # GPU utilisation and idle-allocated GPU time come from the attribution service
+        command += ["--attribution-url", f"{attribution}/services/gpuworkspace-attribution/"]
+    if os.environ.get("GPUWS_CULLER_CONFIG"):
+        command += ["--config", os.environ["GPUWS_CULLER_CONFIG"]]
+    command += shlex.split(os.environ.get("GPUWS_CULLER_ARGS", ""))
+    service = {
+        "name": name,
+        "url": f"http://127.0.0.1:{port}",
+        "command": command,
+        "oauth_no_confirm": True,  # the home page's banner logs in without showing a page
+        "display": True,  # listed in the hub's Services menu: the status page
+    }
+    role = {
+        "name": name,
+        "description": "Find idle servers, probe them through the proxy and stop them (keeping their disks)",
+        "scopes": CULLER_SCOPES,
         "services": [name],
     }
     _add_service(service, roles=(role,))

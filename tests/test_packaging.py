@@ -120,7 +120,12 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         _write(tmp_path, f"{pkg}/{sub}/__init__.py")
     _write(tmp_path, f"{pkg}/__init__.py", "from gpuworkspace_spawner.devcluster import tool\n")
     _write(tmp_path, f"{pkg}/devcluster/tool.py", "import kubernetes_asyncio\nimport tornado\n")
-    _write(tmp_path, f"{pkg}/services/culler.py", "from gpuworkspace_spawner.devcluster import tool\n")
+    _write(
+        tmp_path, f"{pkg}/services/culler/__init__.py", "from gpuworkspace_spawner.devcluster import tool\n"
+    )
+    for core in ("model", "state"):
+        _write(tmp_path, f"{pkg}/services/culler/{core}.py")
+    _write(tmp_path, f"{pkg}/services/culler/policy.py", "import tornado.httpclient\n")
     _write(tmp_path, f"{pkg}/manifests/pod.py", "from gpuworkspace_spawner.services import culler\n")
     _write(tmp_path, f"{pkg}/catalog/loading.py", "import tornado.web\n")
     _write(tmp_path, f"{pkg}/lifecycle/fencing.py", "from gpuworkspace_spawner import k8s\n")
@@ -145,7 +150,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     )
     out = " ".join(result.stdout.split())  # the report wraps long lines
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "0 kept, 6 broken" in out, out
+    assert "0 kept, 7 broken" in out, out
     for expected in (
         # forbidden: indirect, through services
         "gpuworkspace_spawner.manifests.pod -> gpuworkspace_spawner.services.culler",
@@ -156,5 +161,6 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         "gpuworkspace_spawner.k8s is not allowed to import gpuworkspace_spawner.spawner",
         "gpuworkspace_spawner.services.attribution.rules is not allowed to import tornado",
         "gpuworkspace_spawner.agent is not allowed to import gpuworkspace_spawner.k8s",
+        "gpuworkspace_spawner.services.culler.policy is not allowed to import tornado",
     ):
         assert expected in out, f"{expected!r} not reported:\n{result.stdout}"

@@ -1,0 +1,204 @@
+"""Asking a single-user server about itself, through the proxy, in as few requests as the decision needs.
+
+What each endpoint adds (jupyter_server 2.x, jupyter_server_terminals 0.5):
+
+- ``/api/status`` ``last_activity`` is ``ServerApp.last_activity()`` (serverapp.py): the latest of API
+  requests, ``kernel_manager.last_kernel_activity`` (every IOPub message of every kernel, kernel
+  start and shutdown) and ``terminal_last_activity`` (set by the terminal websocket on every message
+  either way). It also counts the kernels.
+- ``/api/kernels`` adds ``execution_state``: a kernel busy with no output sends nothing, so only
+  ``busy`` shows it is working.
+- ``/api/terminals`` adds output with no browser attached: terminado's ``pre_pty_read_hook`` moves a
+  terminal's own ``last_activity`` on every read of its pty, which ``/api/status`` never sees.
+
+So the probe is staged; after each step it asks the policy (``judge``) with the evidence so far and,
+where that is missing, the most idle reading of it (no busy kernel, no terminal). The next request is
+made only if that reading would warn or stop the server for idleness, or could withdraw an idle warning:
+
+0. the hub's ``last_activity`` alone keeps it: no request;
+1. ``/api/status`` (always, when probing);
+2. ``/api/kernels``, when status counts kernels; reused without a request when status is unchanged
+   since the last cycle (same start, same ``last_activity``, same count: no kernel sent anything, so
+   none changed its execution state);
+3. ``/api/terminals``, only before the first idle warning and before an idle stop: terminal output
+   after the first warning shows at the latest before the stop, which it then prevents (and the
+   warnings are withdrawn), so a later stage may be shown that new output would have withdrawn.
+
+Per server and cycle: 0 while the hub's record keeps it; 1 when status does, and at later warning
+stages; 2 or, with kernels, 3 in the cycle of its first warning; 2 before the stop.
+Failures never raise: :class:`.Probe` ``error`` says what failed and keeps what was read before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urljoin
+
+from .hubapi import Http, HttpError, parse_time
+from .model import Action, Decision, Kernel, Probe, Reason, Terminal, Workspace
+
+log = logging.getLogger("gpuworkspace.culler")
+
+Judge = Callable[[Workspace], Decision]  # the policy, with this workspace's warnings, at the cycle's now
+_CacheKey = tuple[datetime | None, datetime | None, int]  # status: started, last_activity, kernel count
+
+
+@dataclass(frozen=True)
+class Status:
+    """``GET api/status``."""
+
+    started: datetime | None
+    last_activity: datetime | None
+    kernels: int
+    connections: int = 0
+
+
+def parse_status(body: Any) -> Status:
+    body = body if isinstance(body, Mapping) else {}
+    return Status(
+        started=parse_time(body.get("started")),
+        last_activity=parse_time(body.get("last_activity")),
+        kernels=_int(body.get("kernels")),
+        connections=_int(body.get("connections")),
+    )
+
+
+def parse_kernels(body: Any) -> tuple[Kernel, ...]:
+    return tuple(
+        Kernel(
+            id=str(k.get("id", "")),
+            execution_state=str(k.get("execution_state") or "unknown"),
+            last_activity=parse_time(k.get("last_activity")),
+            connections=_int(k.get("connections")),
+        )
+        for k in _items(body)
+    )
+
+
+def parse_terminals(body: Any) -> tuple[Terminal, ...]:
+    return tuple(
+        Terminal(name=str(t.get("name", "")), last_activity=parse_time(t.get("last_activity")))
+        for t in _items(body)
+    )
+
+
+def _items(body: Any) -> Iterable[Mapping[str, Any]]:
+    return [x for x in body if isinstance(x, Mapping)] if isinstance(body, list) else []
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def acting_on_idleness(decision: Decision) -> bool:
+    """Would this decision warn or stop the server for idleness?"""
+    return decision.action in (Action.WARN, Action.STOP) and decision.reason is Reason.IDLE
+
+
+def _first_warning_or_stop(decision: Decision) -> bool:
+    """The moments terminals are read: before the first idle warning and before an idle stop."""
+    return acting_on_idleness(decision) and (decision.action is Action.STOP or decision.stage == 0)
+
+
+def could_withdraw(decision: Decision, idle_warned: bool) -> bool:
+    """Could newer activity change this decision (act on idleness, or withdraw the idle warnings)?"""
+    if decision.action is Action.EXEMPT or decision.cancels_warnings:
+        return False
+    return acting_on_idleness(decision) or (idle_warned and decision.reason is Reason.IDLE)
+
+
+class ServerProber:
+    """Probes single-user servers at ``{proxy_url}{server url}api/...`` with the service's token."""
+
+    def __init__(self, http: Http, proxy_url: str) -> None:
+        self.http = http
+        self.proxy_url = proxy_url
+        self._kernels: dict[tuple[str, str], tuple[_CacheKey, tuple[Kernel, ...]]] = {}
+
+    def api(self, server_url: str, path: str) -> str:
+        """The server's API URL: the hub's URL path for it (base_url included) on the proxy's origin."""
+        return urljoin(self.proxy_url, server_url.rstrip("/") + "/api/" + path)
+
+    async def probe(
+        self, workspace: Workspace, server_url: str, judge: Judge, *, idle_warned: bool
+    ) -> Probe | None:
+        """The evidence the decision needs, asking no more than it needs (see the module docstring).
+
+        None, with no request, when the hub's and the GPU's evidence already keep the server.
+        """
+        if not could_withdraw(judge(_most_idle(workspace, Probe())), idle_warned):
+            return None
+        probe = Probe()
+        try:
+            status = parse_status(await self._get(server_url, "status", workspace))
+            probe = Probe(last_activity=status.last_activity, kernels=() if status.kernels == 0 else None)
+            if not could_withdraw(judge(_most_idle(workspace, probe)), idle_warned):
+                return probe
+            if status.kernels:
+                probe = replace(probe, kernels=await self._kernels_of(workspace, server_url, status))
+                if not could_withdraw(judge(_most_idle(workspace, probe)), idle_warned):
+                    return probe
+            if _first_warning_or_stop(judge(_most_idle(workspace, probe))):
+                terminals = parse_terminals(await self._get(server_url, "terminals", workspace))
+                probe = replace(probe, terminals=terminals)
+        except HttpError as e:
+            log.warning("probe of %s/%s failed: %s", workspace.user, workspace.server or "(default)", e)
+            return replace(probe, error=str(e))
+        return probe
+
+    async def _kernels_of(self, ws: Workspace, server_url: str, status: Status) -> tuple[Kernel, ...]:
+        key = (status.started, status.last_activity, status.kernels)
+        cached = self._kernels.get(ws.key)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        kernels = parse_kernels(await self._get(server_url, "kernels", ws))
+        self._kernels[ws.key] = (key, kernels)
+        return kernels
+
+    def keep_only(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Forget the kernels of servers no longer running."""
+        alive = set(keys)
+        for key in [k for k in self._kernels if k not in alive]:
+            del self._kernels[key]
+
+    async def _get(self, server_url: str, path: str, ws: Workspace) -> Any:
+        return await self.http.get_json(self.api(server_url, path), what=f"{path} of {_name(ws)}")
+
+    async def checkpoint_open_notebooks(self, server_url: str, ws: Workspace) -> list[str]:
+        """Checkpoint the saved state of each notebook open in a session; the paths checkpointed.
+
+        This saves nothing that is not on disk already: unsaved edits live in the browser, and
+        jupyter_server has no "save all" API. What it adds: ``File > Revert to checkpoint`` after the
+        restart returns each open notebook to its state at the stop, whatever autosave writes later.
+        """
+        sessions = await self._get(server_url, "sessions", ws)
+        paths = sorted({str(s.get("path")) for s in _items(sessions) if _is_notebook(s)})
+        for path in paths:
+            url = self.api(server_url, f"contents/{quote(path, safe='/')}/checkpoints")
+            response = await self.http.fetch(url, what=f"checkpoint {path}", method="POST")
+            if response.code != 201:  # noqa: PLR2004 - jupyter_server answers 201 Created
+                raise HttpError(f"checkpoint {path} of {_name(ws)}", url, response.code, "not created")
+        return paths
+
+
+def _is_notebook(session: Mapping[str, Any]) -> bool:
+    path = session.get("path")
+    return session.get("type", "notebook") == "notebook" and isinstance(path, str) and bool(path)
+
+
+def _most_idle(workspace: Workspace, probe: Probe) -> Workspace:
+    """The workspace with what was not asked read as idle: no busy kernel, no terminal."""
+    filled = replace(
+        probe,
+        kernels=probe.kernels if probe.kernels is not None else (),
+        terminals=probe.terminals if probe.terminals is not None else (),
+    )
+    return replace(workspace, probe=filled)
+
+
+def _name(ws: Workspace) -> str:
+    return f"{ws.user}/{ws.server}" if ws.server else ws.user

@@ -1,0 +1,454 @@
+"""``gpuworkspace-culler``'s HTTP surface: the status page and a JSON API, read-only views of the state.
+
+Routes under the service prefix: the status page (``""``), ``api/v1/decisions[?action=warn,stop]``,
+``api/v1/notices`` (the caller's own active warnings, which the hub's home page shows as a banner),
+``api/v1/status`` and, with HubOAuth, ``oauth_callback``. Nothing here writes the
+:class:`.CullerState`: the cycle is its only writer.
+
+Who sees what comes from the hub's model of the caller's token, as in the attribution and disk
+services (:mod:`..disks.access`): an unfiltered ``admin:servers`` or ``read:servers`` scope sees every
+workspace; any other caller sees the workspaces of the users it may read (``read:servers!user=<name>``,
+or the user's own login to this service by OAuth). Errors are JSON ``{"status", "message"}`` like
+JupyterHub's own API (:class:`..serving.JsonErrors`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, check_scopes
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.httputil import url_concat
+
+from ..disks.access import is_admin, may_read, who
+from ..serving import JsonErrors, ServiceError
+from .model import Action, Decision, Policy, Warning
+from .state import CullerState, CycleReport, Key
+
+SERVICE = "gpuworkspace-culler"  # cycle.SERVICE; not imported: the web layer reads only the state
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "culler"
+RECENT_STOPS = 50  # rows of "recently stopped" on the page
+_FAR = datetime.max.replace(tzinfo=UTC)
+_MINUTE, _HOUR = 60, 3600
+
+Json = dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------- who sees what
+@dataclass(frozen=True)
+class Viewer:
+    """The caller and what it may see (from the hub's model of its token)."""
+
+    model: Mapping[str, Any]
+    service: str
+
+    @property
+    def name(self) -> str | None:
+        """The user the token belongs to; None for a service's token."""
+        kind, name = self.model.get("kind", "user"), self.model.get("name")
+        return str(name) if kind == "user" and name else None
+
+    @property
+    def everyone(self) -> bool:
+        """An unfiltered ``admin:servers`` or ``read:servers``: every workspace."""
+        scopes = set(self.model.get("scopes") or [])
+        return is_admin(self.model) or bool(check_scopes({"read:servers"}, scopes))
+
+    def may_see(self, user: str) -> bool:
+        return self.everyone or may_read(self.model, user, service=self.service)
+
+    def may_open_page(self) -> bool:
+        """This service's OAuth login, or a token that may read the caller's own servers or everyone's."""
+        scopes = set(self.model.get("scopes") or [])
+        if check_scopes({f"access:services!service={self.service}"}, scopes) or self.everyone:
+            return True
+        return self.name is not None and may_read(self.model, self.name, service=self.service)
+
+
+# ------------------------------------------------------------------------------------ JSON (pure)
+def iso(at: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a ``Z``, as the hub's API writes times."""
+    return None if at is None else at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def warning_json(warning: Warning) -> Json:
+    return {
+        "stage": warning.stage,
+        "reason": str(warning.reason),
+        "given_at": iso(warning.given_at),
+        "stop_at": iso(warning.stop_at),
+    }
+
+
+def decision_json(decision: Decision, warnings: Sequence[Warning], idle_gpu_seconds: float | None) -> Json:
+    return {
+        "user": decision.user,
+        "server": decision.server,
+        "action": str(decision.action),
+        "reason": None if decision.reason is None else str(decision.reason),
+        "message": decision.message,
+        "stage": decision.stage,
+        "stop_at": iso(decision.stop_at),
+        "last_activity": iso(decision.last_activity),
+        "activity_source": decision.activity_source,
+        "warnings": [warning_json(w) for w in warnings],
+        "idle_allocated_gpu_seconds": idle_gpu_seconds,
+    }
+
+
+def parse_actions(text: str) -> frozenset[Action] | None:
+    """``?action=warn,stop`` -> those actions; empty -> None (all). Unknown names are a 400."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = {str(a): a for a in Action}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ServiceError(400, f"unknown action {', '.join(unknown)}; one or more of {', '.join(known)}")
+    return frozenset(known[n] for n in names) or None
+
+
+def _soonest(decision: Decision) -> tuple[datetime, str, str]:
+    return (decision.stop_at or _FAR, decision.user, decision.server)
+
+
+def visible_decisions(state: CullerState, viewer: Viewer) -> list[Decision]:
+    """The last cycle's decisions the caller may see, soonest stop first."""
+    return sorted((d for d in state.decisions.values() if viewer.may_see(d.user)), key=_soonest)
+
+
+def decisions_json(
+    state: CullerState, viewer: Viewer, actions: frozenset[Action] | None = None
+) -> list[Json]:
+    return [
+        decision_json(d, state.book.given(d.key), state.idle_gpu_seconds.get(d.key))
+        for d in visible_decisions(state, viewer)
+        if actions is None or d.action in actions
+    ]
+
+
+def notices_json(state: CullerState, user: str) -> list[Json]:
+    """``user``'s active warnings, one per server: the latest stage given and when the stop comes.
+
+    The stop time is the current decision's when it is still for the same reason (a late cycle only
+    moves it later), else the one the warning announced.
+    """
+    notices = []
+    for server, given in sorted(state.book.of_user(user).items()):
+        latest = given[-1]
+        decision = state.decisions.get((user, server))
+        if decision is not None and (decision.cancels_warnings or decision.action is Action.EXEMPT):
+            continue  # withdrawn this cycle; the book forgets them when the cycle clears it
+        stop_at = latest.stop_at
+        if decision is not None and decision.reason is latest.reason and decision.stop_at is not None:
+            stop_at = decision.stop_at
+        notices.append(
+            {
+                "server": server,
+                "reason": str(latest.reason),
+                "stage": latest.stage,
+                "stages": len(state.policy.warn_before),
+                "stop_at": iso(stop_at),
+                "message": decision.message if decision else "",
+                # the evidence alone ("idle since ... (latest: kernel k1)"), without the policy's
+                # "; stops at ..." which the banner says in the browser's time zone
+                "evidence": decision.message.partition("; ")[0] if decision else "",
+                "last_activity": iso(decision.last_activity) if decision else None,
+                "activity_source": decision.activity_source if decision else None,
+                "dry_run": state.dry_run,
+            }
+        )
+    return notices
+
+
+def _owner(error: str) -> str:
+    """The user an error line names ("alice/gpu: probe failed: ..." -> "alice")."""
+    return error.partition(":")[0].partition("/")[0]
+
+
+def cycle_json(report: CycleReport | None, viewer: Viewer) -> Json | None:
+    """The last cycle; its error lines only where they name a workspace the caller may see."""
+    if report is None:
+        return None
+    errors = [e for e in report.errors if viewer.everyone or viewer.may_see(_owner(e))]
+    return {
+        "started_at": iso(report.started_at),
+        "finished_at": iso(report.finished_at),
+        "seconds": round(report.seconds, 3),
+        "servers": report.servers,
+        "probed": report.probed,
+        "requests": report.requests,
+        "warned": report.warned,
+        "stopped": report.stopped,
+        "dry_run": report.dry_run,
+        "errors": errors,
+        "error_count": len(report.errors),
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): value[k] for k in sorted(value)}
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def policy_json(policy: Policy, viewer: Viewer) -> Json:
+    """Every field of the effective policy; other users' exemptions only for those who may see them."""
+    body = {f.name: _plain(getattr(policy, f.name)) for f in dataclasses.fields(policy)}
+    body["exempt_users"] = [u for u in body["exempt_users"] if viewer.may_see(u)]
+    return body
+
+
+def status_json(state: CullerState, viewer: Viewer) -> Json:
+    return {
+        "dry_run": state.dry_run,
+        "last_cycle": cycle_json(state.last_cycle, viewer),
+        "policy": policy_json(state.policy, viewer),
+    }
+
+
+# ---------------------------------------------------------------------------------- the page (pure)
+def label(user: str, server: str) -> str:
+    return f"{user}/{server}" if server else f"{user} (default server)"
+
+
+def until(at: datetime | None, now: datetime) -> str:
+    """``in 25 min``, ``in 2 h 5 min``, ``due now``; empty without a time."""
+    if at is None:
+        return ""
+    seconds = (at - now).total_seconds()
+    if seconds <= 0:
+        return "due now"
+    minutes = round(seconds / _MINUTE)
+    if seconds < _HOUR:
+        return f"in {max(minutes, 1)} min"
+    return f"in {minutes // 60} h {minutes % 60} min"
+
+
+def stamp(at: datetime | None) -> str:
+    return "" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def gpu_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    if seconds >= _HOUR:
+        return f"{seconds / _HOUR:.2f} GPU·h"
+    return f"{seconds / _MINUTE:.0f} GPU·min"
+
+
+def _visible(keys: Iterable[Key], viewer: Viewer) -> list[Key]:
+    return sorted(k for k in keys if viewer.may_see(k[0]))
+
+
+def page_context(
+    state: CullerState, viewer: Viewer, *, now: datetime, prefix: str, hub_prefix: str
+) -> dict[str, Any]:
+    """Everything templates/culler/page.html shows, filtered for the caller."""
+    upcoming = [d for d in state.upcoming() if viewer.may_see(d.user)]
+    warned = {k: w for k, w in state.book.all().items() if w and viewer.may_see(k[0])}
+    stopped = [(at, d) for at, d in reversed(state.stopped) if viewer.may_see(d.user)][:RECENT_STOPS]
+    idle_gpu = sorted(
+        ((k, s) for k, s in state.idle_gpu_seconds.items() if viewer.may_see(k[0])),
+        key=lambda pair: (-pair[1], pair[0]),
+    )
+    return {
+        "prefix": prefix,
+        "hub_prefix": hub_prefix,
+        "user": viewer.name or who(viewer.model),
+        "everyone": viewer.everyone,
+        "now": now,
+        "dry_run": state.dry_run,
+        "cycle": cycle_json(state.last_cycle, viewer),
+        "report": state.last_cycle,
+        "policy": state.policy,
+        "upcoming": upcoming,
+        "warned": [(k, warned[k]) for k in _visible(warned, viewer)],
+        "stopped": stopped,
+        "idle_gpu": idle_gpu,
+        "idle_gpu_of": dict(idle_gpu),
+        "given": state.book.given,
+        "stages": len(state.policy.warn_before),
+        "label": label,
+        "until": until,
+        "stamp": stamp,
+        "iso": iso,
+        "gpu_time": gpu_time,
+    }
+
+
+def environment() -> Environment:
+    """Jinja for templates/culler/ (set up like the attribution dashboard's)."""
+    return Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+# ------------------------------------------------------------------------------------------ handlers
+@dataclass(frozen=True)
+class Site:
+    """What every handler shares."""
+
+    state: CullerState
+    hub_auth: Any
+    prefix: str
+    service: str
+    hub_prefix: str
+    templates: Environment
+    clock: Callable[[], datetime]
+
+
+def login_url(handler: web.RequestHandler, hub_auth: HubOAuth) -> str:
+    """The hub's OAuth authorize URL for this request, with the state cookie (and PKCE where the
+    installed JupyterHub does it) set on ``handler``."""
+    params: dict[str, str] = {}
+    verifier = None
+    if getattr(hub_auth, "pkce_enabled", False):
+        verifier, challenge, method = hub_auth.generate_pkce_code_challenge()
+        params |= {"code_challenge": challenge, "code_challenge_method": method}
+    state = hub_auth.set_state_cookie(handler, next_url=handler.request.uri, code_verifier=verifier)
+    return str(url_concat(hub_auth.login_url, {**params, "state": state}))
+
+
+class Base(JsonErrors):
+    browser_login = False  # without credentials, send a browser to the hub's login (HubOAuth only)
+    viewer: Viewer
+
+    def initialize(self, site: Site) -> None:
+        self.site = site
+
+    async def prepare(self) -> None:
+        model = await self.site.hub_auth.get_user(self, sync=False)
+        if model:
+            self.viewer = Viewer(model, self.site.service)
+            return
+        if (
+            self.browser_login
+            and isinstance(self.site.hub_auth, HubOAuth)
+            and self.request.method == "GET"
+            and "Authorization" not in self.request.headers
+        ):
+            self.redirect(login_url(self, self.site.hub_auth))
+            return
+        raise ServiceError(
+            403,
+            "missing or invalid credentials: log in to the hub, or send 'Authorization: token <hub token>'",
+        )
+
+
+class ApiHandler(Base):
+    async def prepare(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        await super().prepare()
+
+    def reply(self, body: Any) -> None:
+        self.finish(json.dumps(body, sort_keys=True))
+
+
+class DecisionsHandler(ApiHandler):
+    def get(self) -> None:
+        actions = parse_actions(self.get_argument("action", ""))
+        self.reply(decisions_json(self.site.state, self.viewer, actions))
+
+
+class NoticesHandler(ApiHandler):
+    browser_login = True  # the home page's script fetches this with the user's hub login
+
+    def get(self) -> None:
+        me = self.viewer.name
+        if me is None:
+            raise ServiceError(400, f"notices are a user's own: {who(self.viewer.model)} is not a user")
+        if not self.viewer.may_see(me):
+            raise ServiceError(
+                403,
+                f"{me}'s token has neither read:servers!user={me} nor access:services!service={self.site.service}",
+            )
+        self.reply(notices_json(self.site.state, me))
+
+
+class StatusHandler(ApiHandler):
+    def get(self) -> None:
+        self.reply(status_json(self.site.state, self.viewer))
+
+
+class PageHandler(Base):
+    """The status page (HTML); errors as plain text."""
+
+    browser_login = True
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        if not self._finished and not self.viewer.may_open_page():
+            raise ServiceError(
+                403, f"{who(self.viewer.model)} lacks access:services!service={self.site.service}"
+            )
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {self.error_message(exc)}")
+
+    def get(self) -> None:
+        site = self.site
+        ctx = page_context(
+            site.state, self.viewer, now=site.clock(), prefix=site.prefix, hub_prefix=site.hub_prefix
+        )
+        self.set_header("Cache-Control", "no-store")
+        self.finish(site.templates.get_template("page.html").render(**ctx))
+
+
+def _service_name(prefix: str) -> str:
+    """``/services/<name>/`` -> ``<name>`` (the name the access:services scope carries)."""
+    parts = [p for p in prefix.split("/") if p]
+    return parts[-1] if len(parts) >= 2 and parts[-2] == "services" else SERVICE  # noqa: PLR2004
+
+
+def _hub_prefix(hub_auth: Any) -> str:
+    prefix = getattr(hub_auth, "hub_prefix", "") or "/hub/"
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
+def make_app(
+    state: CullerState,
+    *,
+    hub_auth: Any,
+    prefix: str,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> web.Application:
+    """The service's tornado application; ``hub_auth`` is a HubAuth (tokens) or HubOAuth (browsers too)."""
+    site = Site(
+        state=state,
+        hub_auth=hub_auth,
+        prefix=prefix,
+        service=_service_name(prefix),
+        hub_prefix=_hub_prefix(hub_auth),
+        templates=environment(),
+        clock=clock,
+    )
+    api = url_path_join(prefix, "api/v1")
+    common = {"site": site}
+    routes: list[Any] = [
+        (prefix, PageHandler, common),
+        (url_path_join(api, "decisions"), DecisionsHandler, common),
+        (url_path_join(api, "notices"), NoticesHandler, common),
+        (url_path_join(api, "status"), StatusHandler, common),
+    ]
+    if isinstance(hub_auth, HubOAuth):
+        routes.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
+    # a fresh cookie secret per process: after a restart a browser logs in again, without a page
+    return web.Application(routes, hub_auth=hub_auth, cookie_secret=os.urandom(32))

@@ -1,0 +1,286 @@
+"""A fake hub API, fake single-user servers and a fake attribution service: one tornado app, one port.
+
+Routes: ``/hub/api/users`` (paginated, ``state=ready``), ``DELETE /hub/api/users/<u>/server`` and
+``/servers/<s>``, ``/user/<u>/[<s>/]api/{status,kernels,terminals,sessions}``,
+``POST .../api/contents/<path>/checkpoints`` and ``/attribution/api/v1/workspaces``. Every request is
+counted by kind (:attr:`FakeCluster.counts`). A server is a small dataclass, so thousands are cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import unquote
+
+from tornado import httpserver, web
+
+TOKEN = "fake-culler-token"
+
+
+def iso(at: datetime | None) -> str | None:
+    return at.isoformat().replace("+00:00", "Z") if at else None
+
+
+@dataclass
+class FakeServer:
+    """One running single-user server and what its API answers."""
+
+    user: str
+    name: str = ""
+    started: datetime | None = None
+    hub_activity: datetime | None = None  # the hub's last_activity
+    activity: datetime | None = None  # /api/status last_activity (None: the start)
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # {"id", "execution_state", "last_activity"}
+    terminals: list[dict[str, Any]] = field(default_factory=list)  # {"name", "last_activity"}
+    sessions: list[str] = field(default_factory=list)  # notebook paths open in sessions
+    user_options: dict[str, Any] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)
+    fail: int | None = None  # answer every server API request with this status
+    delay: float = 0.0  # seconds before answering (a timeout when over the client's)
+
+    @property
+    def url(self) -> str:
+        return f"/user/{self.user}/{self.name}/" if self.name else f"/user/{self.user}/"
+
+    def model(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ready": True,
+            "pending": None,
+            "started": iso(self.started),
+            "last_activity": iso(self.hub_activity),
+            "url": self.url,
+            "user_options": self.user_options,
+        }
+
+
+class FakeCluster:
+    """The fakes, served on a free local port once :meth:`start` ran."""
+
+    def __init__(self, *, page_limit: int = 200) -> None:
+        self.servers: dict[tuple[str, str], FakeServer] = {}
+        self.gpu: dict[tuple[str, str], dict[str, Any]] = {}  # attribution rows
+        self.attribution_down = False
+        self.stop_status = 202
+        self.page_limit = page_limit
+        self.counts: Counter[str] = Counter()
+        self.deletes: list[tuple[str, bytes]] = []  # (path, body) of each DELETE
+        self.checkpoints: list[str] = []
+        self.port = 0
+        self._server: httpserver.HTTPServer | None = None
+
+    # --- setup
+    def add(self, user: str, name: str = "", **kw: Any) -> FakeServer:
+        server = FakeServer(user, name, **kw)
+        self.servers[(user, name)] = server
+        return server
+
+    def add_gpu(
+        self, user: str, name: str = "", *, util: float | None, mode: str = "exclusive", **kw: Any
+    ) -> None:
+        self.gpu[(user, name)] = {
+            "user": user,
+            "server": name,
+            "profile": kw.get("profile"),
+            "namespace": "workspaces",
+            "gpu_mode": mode,
+            "runtime": "container",
+            "gpu": {"allocated": kw.get("allocated", 1.0), "util_percent": util},
+            "accounting": {"idle_allocated_gpu_seconds": kw.get("idle_seconds", 0.0)},
+            **({"cull_exempt": kw["cull_exempt"]} if "cull_exempt" in kw else {}),
+        }
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def hub_api_url(self) -> str:
+        return f"{self.base}/hub/api"
+
+    @property
+    def attribution_url(self) -> str:
+        return f"{self.base}/attribution/"
+
+    def requests(self, *kinds: str) -> int:
+        return sum(self.counts[k] for k in kinds) if kinds else sum(self.counts.values())
+
+    # --- serving
+    def app(self) -> web.Application:
+        args = {"fake": self}
+        user = r"/user/([^/]+)/(?:([^/]+)/)?api"
+        return web.Application(
+            [
+                (r"/hub/api/users", UsersHandler, args),
+                (r"/hub/api/users/([^/]+)/server", StopHandler, args),
+                (r"/hub/api/users/([^/]+)/servers/([^/]+)", StopHandler, args),
+                (user + r"/(status|kernels|terminals|sessions)", ServerApiHandler, args),
+                (user + r"/contents/(.+)/checkpoints", CheckpointHandler, args),
+                (r"/attribution/api/v1/workspaces", AttributionHandler, args),
+            ]
+        )
+
+    async def start(self) -> FakeCluster:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self._server = httpserver.HTTPServer(self.app())
+        self._server.add_sockets([sock])
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            await self._server.close_all_connections()
+
+
+class Base(web.RequestHandler):
+    def initialize(self, fake: FakeCluster) -> None:
+        self.fake = fake
+
+    def prepare(self) -> None:
+        if self.request.headers.get("Authorization") != f"token {TOKEN}":
+            raise web.HTTPError(403)
+
+    def reply(self, body: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    def check_xsrf_cookie(self) -> None:
+        return None
+
+
+class UsersHandler(Base):
+    def get(self) -> None:
+        fake = self.fake
+        fake.counts["hub-list"] += 1
+        assert self.get_argument("state") == "ready"
+        offset = int(self.get_argument("offset", "0"))
+        limit = min(int(self.get_argument("limit", "50")), fake.page_limit)
+        users: dict[str, dict[str, Any]] = {}
+        for s in fake.servers.values():
+            u = users.setdefault(s.user, {"name": s.user, "groups": s.groups, "servers": {}})
+            u["servers"][s.name] = s.model()
+        names = sorted(users)
+        page = [users[n] for n in names[offset : offset + limit]]
+        following = {"offset": offset + limit, "limit": limit} if offset + limit < len(names) else None
+        if "jupyterhub-pagination" not in self.request.headers.get("Accept", ""):
+            self.reply(page)
+            return
+        self.reply(
+            {
+                "items": page,
+                "_pagination": {"offset": offset, "limit": limit, "total": len(names), "next": following},
+            }
+        )
+
+
+class StopHandler(Base):
+    def delete(self, user: str, name: str = "") -> None:
+        fake = self.fake
+        fake.counts["hub-stop"] += 1
+        fake.deletes.append((self.request.path, self.request.body))
+        if fake.servers.pop((unquote(user), unquote(name)), None) is None:
+            self.reply({"status": 404, "message": "no such server"}, 404)
+            return
+        self.set_status(fake.stop_status)
+        self.finish()
+
+
+class ServerApiHandler(Base):
+    async def get(self, user: str, name: str | None, kind: str) -> None:
+        fake = self.fake
+        fake.counts[kind] += 1
+        server = fake.servers.get((user, name or ""))
+        if server is None:
+            raise web.HTTPError(503)
+        if server.delay:
+            await asyncio.sleep(server.delay)
+        if server.fail:
+            raise web.HTTPError(server.fail)
+        if kind == "status":
+            body: Any = {
+                "started": iso(server.started),
+                "last_activity": iso(server.activity or server.started),
+                "kernels": len(server.kernels),
+                "connections": 0,
+            }
+        elif kind == "kernels":
+            body = [
+                {"connections": 0, **k, "last_activity": iso(k.get("last_activity"))} for k in server.kernels
+            ]
+        elif kind == "terminals":
+            body = [{**t, "last_activity": iso(t.get("last_activity"))} for t in server.terminals]
+        else:
+            body = [{"path": p, "type": "notebook", "kernel": {}} for p in server.sessions]
+        self.reply(body)
+
+
+class CheckpointHandler(Base):
+    def post(self, user: str, name: str | None, path: str) -> None:
+        self.fake.counts["checkpoint"] += 1
+        self.fake.checkpoints.append(unquote(path))
+        self.reply({"id": "checkpoint", "last_modified": "2025-01-01T00:00:00Z"}, 201)
+
+
+class AttributionHandler(Base):
+    def get(self) -> None:
+        self.fake.counts["attribution"] += 1
+        if self.fake.attribution_down:
+            raise web.HTTPError(503)
+        self.reply({"at": 0, "items": list(self.fake.gpu.values())})
+
+
+class FakeClock:
+    """The cycle's clock, moved by the test."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        from datetime import timedelta
+
+        self.now += timedelta(**delta)
+        return self.now
+
+
+def make_culler(
+    fake: FakeCluster,
+    clock: FakeClock,
+    policy: Any = None,
+    *,
+    dry_run: bool = False,
+    gpu: bool = True,
+    timeout: float = 5.0,
+    **options: Any,
+) -> Any:
+    """A :class:`Culler` wired to ``fake``; close its ``hub.http`` when done."""
+    from gpuworkspace_spawner.services.culler.cycle import Culler, Options
+    from gpuworkspace_spawner.services.culler.gpusource import GpuSource
+    from gpuworkspace_spawner.services.culler.hubapi import Http, HubApi
+    from gpuworkspace_spawner.services.culler.model import Policy
+    from gpuworkspace_spawner.services.culler.probes import ServerProber
+    from gpuworkspace_spawner.services.culler.state import CullerState
+
+    http = Http(TOKEN, timeout=timeout, max_clients=20)
+    state = CullerState(policy=policy or Policy(), dry_run=dry_run)
+    source = GpuSource(http, fake.attribution_url, started_at=clock()) if gpu else None
+    return Culler(
+        state,
+        HubApi(http, fake.hub_api_url),
+        prober=ServerProber(http, fake.base),
+        gpu=source,
+        options=Options(**options),
+        clock=clock,
+    )
