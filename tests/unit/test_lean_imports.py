@@ -61,3 +61,16 @@ def test_exports_reads_imports_and_constants_without_running_them() -> None:
         "z": ("pkg.x", "y"),
     }
     assert constants == {"__version__": "1.2", "__all__": ["a", "b"]}
+
+
+def test_the_attribution_service_does_not_import_the_catalog_loader() -> None:
+    """It needs catalog.units only; the loader's jsonschema builds a URI grammar (~12 MiB, 0.8 s)."""
+    code = (
+        "import sys\n"
+        "from gpuworkspace_spawner.services import lean_imports\n"
+        "lean_imports.install()\n"
+        "import gpuworkspace_spawner.services.attribution.app\n"
+        "print(sorted(m for m in ('jsonschema', 'lark', 'gpuworkspace_spawner.catalog.loading') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

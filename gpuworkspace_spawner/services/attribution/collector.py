@@ -51,7 +51,12 @@ def _dumps(obj: Any) -> bytes:
 
 def _dumps_list(items: Sequence[Any], at: float) -> bytes:
     """``_dumps({"items": items, "at": at})``."""
-    return b'{"at":' + _dumps(at) + b',"items":[' + b",".join(_dumps(item) for item in items) + b"]}"
+    return _joined_list([_dumps(item) for item in items], _dumps(at))
+
+
+def _joined_list(encoded: Sequence[bytes], at: bytes) -> bytes:
+    """``{"at": .., "items": [..]}`` from items already encoded (sorted keys, as ``_dumps`` writes)."""
+    return b'{"at":' + at + b',"items":[' + b",".join(encoded) + b"]}"
 
 
 @dataclass(frozen=True)
@@ -201,14 +206,30 @@ class Collector:
         dt = now - previous.at if previous is not None else 0.0
         if dt > 4 * self.interval_s:  # a stall (or the first cycle): do not bill the gap
             dt = self.interval_s
-        self.accounting.advance(result.workspaces, now=now, dt=dt)
-        self.history.record(now, series_of(result.cells, result.workspaces))
-        accounts, accounting = self._accounts(result.workspaces)
-        snapshot = await asyncio.to_thread(_render, now, obs, result, groups_of_user, accounts, accounting)
+        snapshot, series = await asyncio.to_thread(
+            self._account_and_render, now, dt, obs, result, groups_of_user
+        )
+        self.history.record(now, series)  # on the loop: the trends API reads the history
         self.snapshot = snapshot
         self._count(obs, time.monotonic() - started, time.process_time() - cpu0, now)
         self.updated.set()
         return snapshot
+
+    def _account_and_render(
+        self,
+        now: float,
+        dt: float,
+        obs: Observation,
+        result: Attribution,
+        groups_of_user: Mapping[str, tuple[str, ...]],
+    ) -> tuple[Snapshot, dict[str, float]]:
+        """The cycle's second pure step, on the worker thread (only the collector touches the
+        accounting; the API reads the copies in snapshots): the accounting advanced, the snapshot
+        rendered, and this cycle's trend values for the history."""
+        self.accounting.advance(result.workspaces, now=now, dt=dt)
+        accounts, accounting = self._accounts(result.workspaces)
+        series = series_of(result.cells, result.workspaces)
+        return _render(now, obs, result, groups_of_user, accounts, accounting), series
 
     def _count(self, obs: Observation, duration: float, cpu: float, now: float) -> None:
         s = self.stats
@@ -296,19 +317,31 @@ def _render(
 ) -> Snapshot:
     """One cycle's snapshot with every API body rendered (pure; run on a worker thread)."""
     by_user: dict[str, list[WorkspaceFigures]] = {}
-    for f in result.workspaces:
-        by_user.setdefault(f.workspace.user, []).append(f)
-    rendered = views.build_views(result, accounting)
+    rows: list[bytes] = []
+    rows_by_user: dict[str, list[bytes]] = {}
+    detail: dict[tuple[str, str], bytes] = {}
+    at = _dumps(now)
+    # serialised one workspace at a time: every row is encoded once (for the full list and its user's
+    # list), and no cycle holds 2,000 workspaces' dicts at once
+    for f, row_json, detail_json in views.workspace_views(result, accounting):
+        user = f.workspace.user
+        by_user.setdefault(user, []).append(f)
+        row = _dumps(row_json)
+        rows.append(row)
+        rows_by_user.setdefault(user, []).append(row)
+        detail_json["at"] = now
+        detail[(user, f.workspace.server)] = _dumps(detail_json)
+    nodes = views.node_views(result)
     return Snapshot(
         at=now,
         failed_sources=obs.failed_sources,
         attribution=result,
         groups_of_user=dict(groups_of_user),
-        nodes_body=_dumps_list(rendered.nodes, now),
-        nodes_anonymous_body=_dumps_list(views.nodes_without_owners(rendered.nodes), now),
-        workspaces_body=_dumps_list(rendered.workspaces, now),
-        workspaces_by_user={u: _dumps({"items": rows, "at": now}) for u, rows in rendered.by_user.items()},
-        detail={pair: _dumps({**body, "at": now}) for pair, body in rendered.details.items()},
+        nodes_body=_dumps_list(nodes, now),
+        nodes_anonymous_body=_dumps_list(views.nodes_without_owners(nodes), now),
+        workspaces_body=_joined_list(rows, at),
+        workspaces_by_user={u: _joined_list(user_rows, at) for u, user_rows in rows_by_user.items()},
+        detail=detail,
         figures_by_user={u: tuple(figs) for u, figs in by_user.items()},
         groups={g: views.group_json(t) for g, t in group_totals(result.workspaces, groups_of_user).items()},
         accounts=accounts,

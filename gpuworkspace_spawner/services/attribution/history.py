@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from .model import CellKind, GpuCell, WorkspaceFigures
 
 Point = tuple[float, float]
+USER_STEP_FACTOR = 10  # user series are this much coarser than cluster and node series
 
 
 class _Series:
@@ -59,7 +60,7 @@ class _Series:
 
 class History:
     """``capacity`` points per series at ``step_s`` spacing (default 24 h at 60 s), ``max_series`` series;
-    user series at ``user_step_s`` (default 5 x ``step_s``) over the same window."""
+    user series at ``user_step_s`` (default 10 x ``step_s``: 10 minutes, 144 points a day) over the same window."""
 
     def __init__(
         self,
@@ -73,7 +74,7 @@ class History:
         self.capacity = capacity
         self.step_s = step_s
         self.max_series = max_series
-        self.user_step_s = user_step_s if user_step_s is not None else 5 * step_s
+        self.user_step_s = user_step_s if user_step_s is not None else USER_STEP_FACTOR * step_s
         self._user_capacity = max(1, math.ceil(capacity * step_s / self.user_step_s))
         self._series: dict[str, _Series] = {}
 

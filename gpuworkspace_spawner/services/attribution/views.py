@@ -7,7 +7,7 @@ lists once (the collector keeps them, serialised, in its snapshot); per request 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,28 +240,45 @@ class Views:
         return self.details.get((user, server_from_path(server_segment)))
 
 
-def build_views(attribution: Attribution, accounting: Mapping[str, AccountEntry] | None = None) -> Views:
-    """Render every view of one cycle once; ``accounting`` maps workspace keys to their counters."""
-    accounting = accounting or {}
+def _cells_by(attribution: Attribution) -> tuple[dict[str, list[GpuCell]], dict[str, list[GpuCell]]]:
+    """Cells in grid order per node name, and per workspace key they have a share on."""
     cells_by_node: dict[str, list[GpuCell]] = {}
     cells_by_ws: dict[str, list[GpuCell]] = {}
     for c in sorted(attribution.cells, key=grid_order):
         cells_by_node.setdefault(c.node, []).append(c)
         for s in c.owners:
             cells_by_ws.setdefault(s.workspace, []).append(c)
-    nodes = [node_json(n, cells_by_node.get(n.name, [])) for n in attribution.nodes]
-    rows: list[Json] = []
-    by_user: dict[str, list[Json]] = {}
-    details: dict[tuple[str, str], Json] = {}
+    return cells_by_node, cells_by_ws
+
+
+def node_views(attribution: Attribution) -> list[Json]:
+    cells_by_node, _ = _cells_by(attribution)
+    return [node_json(n, cells_by_node.get(n.name, [])) for n in attribution.nodes]
+
+
+def workspace_views(
+    attribution: Attribution, accounting: Mapping[str, AccountEntry] | None = None
+) -> Iterator[tuple[WorkspaceFigures, Json, Json]]:
+    """Each workspace's row and detail, one workspace at a time (a caller that serialises them as they
+    come never holds every workspace's dicts at once)."""
+    accounting = accounting or {}
+    _, cells_by_ws = _cells_by(attribution)
     for f in attribution.workspaces:
         key = f.workspace.key
         row = workspace_json(f, accounting.get(key))
+        yield f, row, workspace_detail_json(f, cells_by_ws.get(key, []), accounting.get(key))
+
+
+def build_views(attribution: Attribution, accounting: Mapping[str, AccountEntry] | None = None) -> Views:
+    """Render every view of one cycle once; ``accounting`` maps workspace keys to their counters."""
+    rows: list[Json] = []
+    by_user: dict[str, list[Json]] = {}
+    details: dict[tuple[str, str], Json] = {}
+    for f, row, detail in workspace_views(attribution, accounting):
         rows.append(row)
         by_user.setdefault(f.workspace.user, []).append(row)
-        details[(f.workspace.user, f.workspace.server)] = workspace_detail_json(
-            f, cells_by_ws.get(key, []), accounting.get(key)
-        )
-    return Views(nodes, rows, by_user, details)
+        details[(f.workspace.user, f.workspace.server)] = detail
+    return Views(node_views(attribution), rows, by_user, details)
 
 
 def nodes_without_owners(nodes: Sequence[Json]) -> list[Json]:

@@ -72,5 +72,5 @@ def test_a_full_day_is_bounded_and_user_series_are_coarser() -> None:
     cluster, user = h.window("cluster:gpu_util", 0), h.window("user:a:gpus", 0)
     assert len(cluster) == 1440 and cluster[-1] == (T0 + 60 * 2999, 2999 % 100)
     spacing = {b[0] - a[0] for a, b in itertools.pairwise(user[:-1])}  # the last: still filling
-    assert len(user) == 288 and spacing == {300}
-    assert user[-1][1] == 1.5 and user[-1][0] >= T0 + 60 * 2999 - 300
+    assert len(user) == 144 and spacing == {600}
+    assert user[-1][1] == 1.5 and user[-1][0] >= T0 + 60 * 2999 - 600
