@@ -37,6 +37,9 @@ Action = Literal[
     "disk-restored",
     "disk-restore-failed",
     "disk-operation-refused",
+    # the idle culler (services/culler): staged warnings before a stop ("workspace-stopped" above)
+    "workspace-cull-warned",
+    "workspace-cull-warnings-withdrawn",
 ]
 
 # Event reasons are CamelCase, like the kubelet's.
@@ -59,6 +62,8 @@ _REASONS: dict[str, str] = {
     "disk-restored": "WorkspaceDiskRestored",
     "disk-restore-failed": "WorkspaceDiskRestoreFailed",
     "disk-operation-refused": "WorkspaceDiskOperationRefused",
+    "workspace-cull-warned": "WorkspaceCullWarned",
+    "workspace-cull-warnings-withdrawn": "WorkspaceCullWarningsWithdrawn",
 }
 _WARNINGS = {
     "disk-refused",

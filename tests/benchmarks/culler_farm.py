@@ -30,9 +30,11 @@ kind, seeded, hold a GPU (``exclusive`` in the attribution rows; the others ``no
 relative to the moment of :meth:`FarmState.reset`.
 
 Every request but ``/_bench/*`` is counted by kind with its arrival and finish times (monotonic clock,
-shared by processes on Linux); ``GET /_bench/stats`` returns the counts and ``POST /_bench/reset``
-restores the fresh state. ``POST /_bench/watch`` names the culler's pid: at the first counted request
-the farm reads that process's CPU time from ``/proc``, so the benchmark can subtract start-up.
+shared by processes on Linux), and single-user GETs without ``no_track_activity`` (which jupyter_server
+would record as the server's activity) apart, as ``tracked``; ``GET /_bench/stats`` returns the counts
+and ``POST /_bench/reset`` restores the fresh state. ``POST /_bench/watch`` names the culler's pid: at
+the first counted request the farm reads that process's CPU time from ``/proc``, so the benchmark can
+subtract start-up.
 Optional latencies (``asyncio.sleep``, not blocking) stand for the network hop and the hub's work.
 """
 
@@ -125,6 +127,7 @@ class FarmState:
     counts: Counter[str] = field(default_factory=Counter)
     stopped: Counter[str] = field(default_factory=Counter)  # DELETEs by the server's kind
     other_paths: Counter[str] = field(default_factory=Counter)
+    tracked: int = 0  # single-user GETs without no_track_activity: jupyter_server counts them as activity
     first: float | None = None
     last_end: float | None = None
     in_flight: int = 0
@@ -162,6 +165,7 @@ class FarmState:
         self.counts = Counter()
         self.stopped = Counter()
         self.other_paths = Counter()
+        self.tracked = 0
         self.first = self.last_end = self.cpu_at_first = None
         self.in_flight = 0
         self.watch_pid = None
@@ -181,6 +185,7 @@ class FarmState:
             "stopped": {k: self.stopped.get(k, 0) for k in KINDS},
             "kinds": dict(Counter(s.kind for s in self.servers)),
             "other_paths": dict(self.other_paths.most_common(20)),
+            "tracked": self.tracked,
             "first": self.first,
             "last_end": self.last_end,
             "in_flight": self.in_flight,
@@ -332,6 +337,8 @@ def build_app(state: FarmState) -> Any:  # noqa: C901
                 state.cpu_at_first = proc_cpu_s(state.watch_pid)
         kind = classify(request.method, path)
         state.counts[kind] += 1
+        if request.method == "GET" and kind.startswith("server") and "no_track_activity" not in request.query:
+            state.tracked += 1
         state.in_flight += 1
         try:
             if kind != "attribution" and not _authorized(request):

@@ -34,7 +34,7 @@ from .gpusource import GpuSource
 from .hubapi import Http, HttpError, HubApi
 from .model import GPU_MODES, Policy
 from .probes import ServerProber
-from .state import CullerState
+from .state import CullerState, CycleReport
 from .web import make_app
 
 log = logging.getLogger("gpuworkspace.culler")
@@ -68,6 +68,31 @@ def load_hook(spec: Any) -> ArbiterHook | None:
     return hook
 
 
+class LeadTimes(List):
+    """``warn_before``: a list of seconds; on the command line ``none`` (alone) is the empty list."""
+
+    def from_string_list(self, s_list: list[str]) -> Any:
+        if [v.strip().lower() for v in s_list] == ["none"]:
+            return []
+        return super().from_string_list(s_list)
+
+
+def lead_time_warnings(policy: Policy) -> list[str]:
+    """Lead times as long as an idle timeout in effect: warnings would start right after activity."""
+    timeouts = {"idle_timeout": policy.idle_timeout}
+    timeouts |= {f"idle_timeout_by_gpu_mode[{k!r}]": v for k, v in policy.idle_timeout_by_gpu_mode.items()}
+    timeouts |= {f"idle_timeout_by_profile[{k!r}]": v for k, v in policy.idle_timeout_by_profile.items()}
+    out = []
+    for name, timeout in timeouts.items():
+        leads = [lead for lead in policy.warn_before if timeout > 0 and lead >= timeout]
+        if leads:
+            out.append(
+                f"CullerApp.warn_before {max(leads):g} s >= {name} {timeout:g} s: the first idle warning "
+                "comes at the first cycle after the last activity"
+            )
+    return out
+
+
 class CullerApp(Application):
     """The idle culler service."""
 
@@ -80,6 +105,7 @@ class CullerApp(Application):
         "max-duration": "CullerApp.max_duration",
         "warn-before": "CullerApp.warn_before",
         "concurrency": "CullerApp.concurrency",
+        "cycles": "CullerApp.cycles",
         "proxy-url": "CullerApp.proxy_url",
         "attribution-url": "CullerApp.attribution_url",
         "config": "CullerApp.config_file",
@@ -109,10 +135,12 @@ class CullerApp(Application):
     max_duration_by_profile = Dict(value_trait=Float(), help="Longest session per profile slug.").tag(
         config=True
     )
-    warn_before = List(
+    warn_before = LeadTimes(
         Float(),
         default_value=[1800.0, 300.0],
-        help="Lead times of the staged warnings before a stop, descending (repeat --warn-before).",
+        help="Lead times of the staged warnings before a stop, descending (repeat --warn-before). "
+        "[] (on the command line --warn-before=none): stop without warning. A lead time at least as "
+        "long as an idle timeout is logged at start: warnings would begin right after activity.",
     ).tag(config=True)
     gpu_busy_percent = Float(10.0, help="A GPU utilisation sample at or above this percent is activity.").tag(
         config=True
@@ -131,6 +159,9 @@ class CullerApp(Application):
     timeout = Float(10.0, help="Seconds each HTTP request may take.").tag(config=True)
     dry_run = Bool(False, help="Decide and report only: give no warning, stop nothing.").tag(config=True)
     once = Bool(False, help="Run one cycle, print its report and decisions as JSON, exit.").tag(config=True)
+    cycles = Integer(
+        1, help="With --once: run this many cycles, `interval` seconds apart, print each report, exit."
+    ).tag(config=True)
     save_first = Bool(
         False,
         help="Before a stop, checkpoint each notebook open in a session (api/sessions, then "
@@ -205,10 +236,10 @@ class CullerApp(Application):
             raise TraitError(f"CullerApp.warn_before must be positive and descending, not {leads!r}")
         return leads
 
-    @validate("concurrency")
-    def _concurrency(self, proposal: Any) -> int:
+    @validate("concurrency", "cycles")
+    def _at_least_one(self, proposal: Any) -> int:
         if proposal.value < 1:
-            raise TraitError(f"CullerApp.concurrency must be >= 1, not {proposal.value!r}")
+            raise TraitError(f"CullerApp.{proposal.trait.name} must be >= 1, not {proposal.value!r}")
         return int(proposal.value)
 
     @validate("gpu_busy_percent")
@@ -264,18 +295,27 @@ class CullerApp(Application):
             arbiter=load_hook(self.arbiter_hook),
         )
         state = CullerState(policy=self.policy(), dry_run=self.dry_run)
+        for warning in lead_time_warnings(state.policy):
+            log.warning("%s", warning)
         return Culler(state, hub, prober=prober, gpu=gpu, options=options, clock=clock), http
 
     async def run_once(self) -> int:
+        """``cycles`` cycles (``interval`` apart), then the last one's summary with every report."""
         culler, http = self.build(lambda: datetime.now(UTC))
+        loop = asyncio.get_running_loop()
+        reports = []
         try:
-            await culler.run()
+            for n in range(self.cycles):
+                began = loop.time()
+                reports.append(_report(await culler.run()))
+                if n + 1 < self.cycles:
+                    await asyncio.sleep(max(0.0, self.interval - (loop.time() - began)))
         except HttpError as e:
             log.error("%s", e)
             return 1
         finally:
             http.close()
-        print(json.dumps(summary(culler.state), indent=2, sort_keys=True))
+        print(json.dumps({**summary(culler.state), "cycles": reports}, indent=2, sort_keys=True))
         return 0
 
     async def serve(self) -> int:
@@ -325,11 +365,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _report(report: CycleReport) -> dict[str, Any]:
+    return {**_plain(asdict(report)), "seconds": report.seconds}
+
+
 def summary(state: CullerState) -> dict[str, Any]:
-    """The last cycle's report and decisions, as ``--once`` prints them."""
+    """The last cycle's report and decisions, as ``--once`` prints them (with ``cycles``: each report)."""
     report = state.last_cycle
     return {
-        "report": {**_plain(asdict(report)), "seconds": report.seconds} if report else None,
+        "report": _report(report) if report else None,
         "decisions": [_plain(asdict(d)) for d in state.decisions.values()],
         "idle_gpu_seconds": {f"{u}/{s}": v for (u, s), v in state.idle_gpu_seconds.items()},
     }

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from ...audit import Action as AuditAction
 from ...audit import AuditRecord, log_audit
@@ -29,9 +29,9 @@ log = logging.getLogger("gpuworkspace.culler")
 
 SERVICE = "gpuworkspace-culler"
 RECENT_STOPS = 200  # state.stopped keeps this many
-# The audit vocabulary (audit.Action) has "workspace-stopped"; warnings are the culler's own.
-AUDIT_WARNED = cast(AuditAction, "workspace-cull-warned")
-AUDIT_WITHDRAWN = cast(AuditAction, "workspace-cull-warnings-withdrawn")
+AUDIT_WARNED: AuditAction = "workspace-cull-warned"
+AUDIT_WITHDRAWN: AuditAction = "workspace-cull-warnings-withdrawn"
+AUDIT_STOPPED: AuditAction = "workspace-stopped"
 
 ArbiterResult = Decision | None
 ArbiterHook = Callable[[Workspace, Decision], ArbiterResult | Awaitable[ArbiterResult]]
@@ -99,23 +99,27 @@ class Culler:
         errors: list[str] = []
         servers, readings = await self._list(now, errors)
         urls = {s.key: s.url for s in servers}
+        limit = asyncio.Semaphore(max(1, self.options.concurrency))  # probes, then stops
         workspaces = [build_workspace(s, readings.get(s.key)) for s in servers]
-        workspaces, probed = await self._probe_all(workspaces, urls, now, errors)
+        workspaces, probed = await self._probe_all(workspaces, urls, now, limit, errors)
         given = self.state.book.all()
         decisions = decide_all(workspaces, self.state.policy, given, now=now)
         by_key = {w.key: w for w in workspaces}
         decisions = [hold_stop_on_failed_probe(by_key[d.key], d) for d in decisions]
         decisions = [await self._arbitrate(by_key[d.key], d, errors) for d in decisions]
-        warned = stopped = 0
-        for decision in decisions:
-            ws, reading = by_key[decision.key], readings.get(decision.key)
-            if self.state.dry_run:
-                warned += decision.action is Action.WARN
-                stopped += decision.action is Action.STOP
-                continue
-            warned += self._apply_warnings(ws, decision, reading, now)
-            if decision.action is Action.STOP:
-                stopped += await self._stop(ws, decision, reading, urls[ws.key], now, errors)
+        warned = sum(d.action is Action.WARN for d in decisions)
+        stops = [d for d in decisions if d.action is Action.STOP]
+        stopped = len(stops)
+        if not self.state.dry_run:
+            for decision in decisions:
+                self._apply_warnings(by_key[decision.key], decision, readings.get(decision.key), now)
+
+            async def stop(decision: Decision) -> int:
+                ws = by_key[decision.key]
+                async with limit:
+                    return await self._stop(ws, decision, readings.get(ws.key), urls[ws.key], now, errors)
+
+            stopped = sum(await asyncio.gather(*(stop(d) for d in stops)))
         self._record(workspaces, decisions, readings)
         report = CycleReport(
             started_at=started_at,
@@ -154,16 +158,21 @@ class Culler:
         return servers, readings
 
     async def _probe_all(
-        self, workspaces: list[Workspace], urls: dict[Key, str], now: datetime, errors: list[str]
+        self,
+        workspaces: list[Workspace],
+        urls: dict[Key, str],
+        now: datetime,
+        limit: asyncio.Semaphore,
+        errors: list[str],
     ) -> tuple[list[Workspace], int]:
+        """Each workspace with its server's evidence; how many servers were asked."""
         prober = self.prober
         if prober is None:
             return workspaces, 0
         prober.keep_only(urls)
-        limit = asyncio.Semaphore(max(1, self.options.concurrency))
         policy, book = self.state.policy, self.state.book
 
-        async def one(ws: Workspace) -> Workspace:
+        async def one(ws: Workspace) -> tuple[Workspace, bool]:
             given = book.given(ws.key)
             idle_warned = any(w.reason is Reason.IDLE for w in given)
 
@@ -171,13 +180,13 @@ class Culler:
                 return decide_all([candidate], policy, {ws.key: given}, now=now)[0]
 
             async with limit:
-                probe = await prober.probe(ws, urls[ws.key], judge, idle_warned=idle_warned)
+                probe, asked = await prober.probe(ws, urls[ws.key], judge, idle_warned=idle_warned, now=now)
             if probe is not None and probe.error:
                 errors.append(f"{_name(ws)}: probe failed: {probe.error}")
-            return replace(ws, probe=probe)
+            return replace(ws, probe=probe), asked
 
-        probed = await asyncio.gather(*(one(ws) for ws in workspaces))
-        return list(probed), sum(1 for ws in probed if ws.probe is not None)
+        results = await asyncio.gather(*(one(ws) for ws in workspaces))
+        return [ws for ws, _ in results], sum(asked for _, asked in results)
 
     async def _arbitrate(self, ws: Workspace, decision: Decision, errors: list[str]) -> Decision:
         """The arbiter hook's word on a WARN or STOP: None keeps it, a Decision replaces it."""
@@ -205,16 +214,14 @@ class Culler:
 
     def _apply_warnings(
         self, ws: Workspace, decision: Decision, reading: GpuReading | None, now: datetime
-    ) -> int:
+    ) -> None:
         book = self.state.book
         if decision.cancels_warnings and book.given(ws.key):
             book.clear(ws.key)
             self._audit(AUDIT_WITHDRAWN, ws, decision, reading, now)
-        if decision.action is not Action.WARN:
-            return 0
-        warning = book.record(decision, now=now)
-        self._audit(AUDIT_WARNED, ws, decision, reading, now, stage=warning.stage)
-        return 1
+        if decision.action is Action.WARN:
+            warning = book.record(decision, now=now)
+            self._audit(AUDIT_WARNED, ws, decision, reading, now, stage=warning.stage)
 
     async def _stop(
         self,
@@ -240,7 +247,7 @@ class Culler:
         self.state.book.clear(ws.key)
         self.state.stopped.append((now, decision))
         del self.state.stopped[:-RECENT_STOPS]
-        self._audit("workspace-stopped", ws, decision, reading, now, outcome=outcome, checkpointed=saved)
+        self._audit(AUDIT_STOPPED, ws, decision, reading, now, outcome=outcome, checkpointed=saved)
         return 1
 
     def _audit(

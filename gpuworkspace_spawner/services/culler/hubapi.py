@@ -103,6 +103,16 @@ def parse_time(value: Any) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
+def _int(value: Any, fallback: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else fallback
+
+
+def _page_items(body: Any) -> list[Mapping[str, Any]]:
+    """The user models of one page: a plain list, or the envelope's ``items``."""
+    items = body if isinstance(body, list) else (body.get("items") if isinstance(body, Mapping) else None)
+    return [u for u in items or () if isinstance(u, Mapping)]
+
+
 @dataclass(frozen=True)
 class RunningServer:
     """One server as the hub's ``GET /users`` lists it."""
@@ -162,22 +172,38 @@ class HubApi:
         self.page_limit = page_limit
 
     async def running_servers(self) -> list[RunningServer]:
-        """Every ready server, one paginated ``GET /users?state=ready`` walk (1 request per page)."""
-        servers: list[RunningServer] = []
+        """Every ready server, one paginated ``GET /users?state=ready`` walk (1 request per page).
+
+        JupyterHub filters ``state=ready`` *after* paging (``apihandlers/users.py``: the ``ready``
+        post-filter runs on each page's users), so a page can be short or empty while
+        ``_pagination.next`` still points further: the walk follows ``next`` until it is null. A hub
+        that answers a plain list (no pagination envelope) is walked until a page shorter than the
+        limit, or one that lists no user not seen before (a hub that ignores ``offset``).
+        """
+        servers: dict[tuple[str, str], RunningServer] = {}
+        users: set[str] = set()
         offset = 0
         for _ in range(MAX_PAGES):
             url = f"{self.api_url}users?state=ready&limit={self.page_limit}&offset={offset}"
             body = await self.http.get_json(url, what="list servers", headers={"Accept": PAGINATION})
-            if isinstance(body, list):  # a hub without pagination answers one plain list
-                items, following = body, None
-            else:
-                items = body.get("items") or []
-                following = (body.get("_pagination") or {}).get("next")
+            items = _page_items(body)
+            new_users = {str(u.get("name") or "") for u in items} - users
+            users |= new_users
             for user in items:
-                servers.extend(s for s in parse_user(user) if s.ready)
-            if not following or not items:
-                return servers
-            offset = int(following.get("offset", offset + len(items)))
+                servers.update((s.key, s) for s in parse_user(user) if s.ready)
+            if isinstance(body, list):  # a hub without the pagination envelope
+                if len(items) < self.page_limit or not new_users:
+                    return list(servers.values())
+                offset += len(items)
+                continue
+            pagination = body.get("_pagination") if isinstance(body, Mapping) else None
+            if not isinstance(pagination, Mapping) or not isinstance(pagination.get("next"), Mapping):
+                return list(servers.values())
+            step = _int(pagination.get("limit"), self.page_limit)  # the hub's, where it lowered ours
+            after = _int(pagination["next"].get("offset"), offset + step)
+            if after <= offset:  # a hub that would send us round in circles
+                raise HttpError("list servers", url, 200, f"next page offset {after} is not after {offset}")
+            offset = after
         raise HttpError("list servers", self.api_url, None, f"more than {MAX_PAGES} pages")
 
     def server_url(self, user: str, server: str) -> str:

@@ -1,6 +1,6 @@
 """The culler's plain data: the evidence gathered per running server, the policy, and decisions (pure).
 
-The I/O shell (:mod:`.evidence`, :mod:`.cycle`) builds one :class:`Workspace` per running server from
+The I/O shell (:mod:`.probes`, :mod:`.cycle`) builds one :class:`Workspace` per running server from
 the hub (``last_activity``, ``started``, the profile in ``user_options``, the user's groups), the
 single-user server (``/api/status``, ``/api/kernels``, ``/api/terminals``) and the attribution service
 (GPU mode, utilisation, idle-allocated GPU time). :mod:`.policy` turns a workspace, the
@@ -53,12 +53,12 @@ class Terminal:
 
 @dataclass(frozen=True)
 class Probe:
-    """What the single-user server said about itself this cycle.
+    """What the single-user server said about itself: this cycle, or remembered from earlier ones.
 
     ``kernels``/``terminals`` are None when they were not asked for (the shell skips them when
     ``/api/status`` already shows recent activity) or could not be read; ``error`` says why a probe
     failed (the policy then relies on the other evidence and never treats a failed probe as idle
-    evidence by itself).
+    evidence by itself; a probe that failed before reading anything lets the hub's record stand in).
     """
 
     last_activity: datetime | None = None  # /api/status: the server's own last activity
@@ -85,7 +85,7 @@ class Workspace:
     user: str
     server: str  # "" for the default server
     started: datetime | None = None
-    hub_last_activity: datetime | None = None
+    hub_last_activity: datetime | None = None  # evidence only without the server's own (see policy)
     profile: str | None = None  # the catalog profile slug from user_options
     groups: frozenset[str] = frozenset()
     exempt_annotation: bool = False  # the workspace carries gpuworkspace.dev/cull-exempt: "true"

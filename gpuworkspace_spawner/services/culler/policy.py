@@ -4,11 +4,15 @@
 a :class:`.Decision`:
 
 1. An exemption (user, group, profile, annotation) wins over everything, max duration included.
-2. Activity is the latest of the hub's ``last_activity``, the server's ``/api/status``, each kernel's
-   and terminal's ``last_activity`` and the GPU's ``last_busy``; a busy or starting kernel and a GPU
-   sample at or above the threshold are activity *now*. Open connections (a browser tab) are not. With
-   no evidence the start time stands in; a failed probe with no hub activity is active: unknown is not
-   idle.
+2. Activity is the latest of the server's own evidence (``/api/status``, each kernel's and
+   terminal's ``last_activity``) and the GPU's ``last_busy``; a busy or starting kernel and a GPU
+   sample at or above the threshold are activity *now*. Open connections (a browser tab) are not. The
+   hub's ``last_activity`` counts **only when the server's own evidence is missing** (it was not
+   probed, or its probe failed before reading anything): the culler's own probes pass through the
+   proxy, which records every proxied request as the route's activity, and the hub copies that into
+   the server's ``last_activity`` (``JupyterHub.update_last_activity``, every
+   ``last_activity_interval``), so a probed server's hub record is always recent. With no evidence the
+   start time stands in; a failed probe with no hub activity either is active: unknown is not idle.
 3. The deadline is the earlier of idle (last activity + idle timeout) and max duration (start + max).
 4. Every stage of ``warn_before`` is given before a stop, each with its full lead time even when the
    culler runs late; new activity withdraws idle warnings, never max-duration ones.
@@ -21,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from .model import Action, Decision, Policy, Reason, Warning, Workspace
+from .model import Action, Decision, Policy, Probe, Reason, Warning, Workspace
 
 EXEMPT_ANNOTATION = "gpuworkspace.dev/cull-exempt"  # manifests.names.ANN_CULL_EXEMPT
 BUSY_STATES = frozenset({"busy", "starting"})  # kernel execution states that are activity now
@@ -69,9 +73,10 @@ def max_duration_for(workspace: Workspace, policy: Policy) -> float:
 
 
 def last_activity(workspace: Workspace, policy: Policy, *, now: datetime) -> tuple[datetime, str]:
-    """The latest activity and its source ("hub", "kernel k1", "busy kernel k1", "gpu", ...).
+    """The latest activity and its source ("server", "kernel k1", "busy kernel k1", "gpu", "hub", ...).
 
     Activity now (a busy kernel, a busy GPU, a failed probe with no hub activity) returns ``now``.
+    The hub's ``last_activity`` is evidence only without the server's own (:func:`own_evidence`).
     Without any evidence: the start time (source "started"), else ``now`` (source "no evidence").
     """
     live, seen = _probe_evidence(workspace)
@@ -81,7 +86,7 @@ def last_activity(workspace: Workspace, policy: Policy, *, now: datetime) -> tup
             live.append(SOURCE_GPU)
         seen.append((gpu.last_busy, SOURCE_GPU))
     probe = workspace.probe
-    if probe is not None and probe.error is not None and workspace.hub_last_activity is None:
+    if probe is not None and probe.error is not None and not seen_by_server_or_hub(workspace):
         live.append(SOURCE_UNKNOWN)
     if live:
         return now, live[0]
@@ -93,17 +98,31 @@ def last_activity(workspace: Workspace, policy: Policy, *, now: datetime) -> tup
     return now, SOURCE_NONE
 
 
+def own_evidence(probe: Probe | None) -> bool:
+    """Did the server say anything about itself? Not when unprobed, nor when its probe read nothing."""
+    if probe is None:
+        return False
+    read = probe.last_activity is not None or probe.kernels is not None or probe.terminals is not None
+    return probe.error is None or read
+
+
+def seen_by_server_or_hub(workspace: Workspace) -> bool:
+    """Is there any activity evidence from the server, or (without it) from the hub?"""
+    if own_evidence(workspace.probe):
+        return True
+    return workspace.hub_last_activity is not None
+
+
 def _probe_evidence(workspace: Workspace) -> tuple[list[str], list[tuple[datetime | None, str]]]:
-    """Sources active now, and timestamped evidence, from the hub and the single-user server.
+    """Sources active now, and timestamped evidence, from the single-user server (else the hub).
 
     What a failed probe did return still counts: it can only delay a stop.
     """
     live: list[str] = []
-    seen: list[tuple[datetime | None, str]] = [(workspace.hub_last_activity, SOURCE_HUB)]
     probe = workspace.probe
-    if probe is None:
-        return live, seen
-    seen.append((probe.last_activity, SOURCE_SERVER))
+    if probe is None or not own_evidence(probe):
+        return live, [(workspace.hub_last_activity, SOURCE_HUB)]
+    seen: list[tuple[datetime | None, str]] = [(probe.last_activity, SOURCE_SERVER)]
     for kernel in probe.kernels or ():
         if kernel.execution_state in BUSY_STATES:
             live.append(f"busy kernel {kernel.id}")
@@ -260,6 +279,9 @@ def _evidence(workspace: Workspace, policy: Policy, last: datetime, source: str,
         return f"active: GPU {gpu.util_percent:g} % (>= {policy.gpu_busy_percent:g} %)"
     if source == SOURCE_UNKNOWN and probe is not None:
         return f"active as far as known: the server did not answer ({probe.error}), the hub saw no activity"
+    if source == SOURCE_HUB:
+        why = "the server was not asked" if probe is None else f"the server did not answer: {probe.error}"
+        return f"idle since {_stamp(last)} (latest: hub, as {why})"
     if source == SOURCE_NONE:
         return "active as far as known: no activity evidence and no start time"
     if last >= now:

@@ -11,21 +11,33 @@ What each endpoint adds (jupyter_server 2.x, jupyter_server_terminals 0.5):
 - ``/api/terminals`` adds output with no browser attached: terminado's ``pre_pty_read_hook`` moves a
   terminal's own ``last_activity`` on every read of its pty, which ``/api/status`` never sees.
 
-So the probe is staged; after each step it asks the policy (``judge``) with the evidence so far and,
-where that is missing, the most idle reading of it (no busy kernel, no terminal). The next request is
-made only if that reading would warn or stop the server for idleness, or could withdraw an idle warning:
+Every GET carries ``no_track_activity=1``: without it jupyter_server's ``APIHandler`` records the
+request as the server's activity, and the culler's own probes would keep every server active.
 
-0. the hub's ``last_activity`` alone keeps it: no request;
-1. ``/api/status`` (always, when probing);
+The hub's ``last_activity`` cannot stand in for asking: the probes pass through the proxy, which
+records each proxied request as the route's activity, and the hub copies that into the server's
+``last_activity`` (``JupyterHub.update_last_activity``). So what keeps a server unasked is what it
+showed itself in earlier cycles (:class:`Seen`): the status ``last_activity``, the kernels and
+terminals with theirs, a busy kernel counting as activity at the time it was seen busy.
+
+So the probe is staged; before and after each step it asks the policy (``judge``) with the evidence so
+far and, where that is missing, the most idle reading of it (no busy kernel, no terminal). The next
+request is made only if that reading would warn or stop the server for idleness, or could withdraw an
+idle warning:
+
+0. the remembered evidence (or the GPU, or an exemption) alone keeps it: no request; nothing is
+   remembered after the server's (re)start or the culler's, so then it is asked;
+1. ``/api/status``;
 2. ``/api/kernels``, when status counts kernels; reused without a request when status is unchanged
-   since the last cycle (same start, same ``last_activity``, same count: no kernel sent anything, so
+   since they were read (same start, same ``last_activity``, same count: no kernel sent anything, so
    none changed its execution state);
 3. ``/api/terminals``, only before the first idle warning and before an idle stop: terminal output
    after the first warning shows at the latest before the stop, which it then prevents (and the
    warnings are withdrawn), so a later stage may be shown that new output would have withdrawn.
 
-Per server and cycle: 0 while the hub's record keeps it; 1 when status does, and at later warning
-stages; 2 or, with kernels, 3 in the cycle of its first warning; 2 before the stop.
+Per server and cycle: 0 while what it showed keeps it (an active server is asked about once per idle
+timeout less the first lead time); 1 when status does, and at later warning stages; 2 or, with
+kernels, 3 in the cycle of its first warning; 2 before the stop.
 Failures never raise: :class:`.Probe` ``error`` says what failed and keeps what was read before.
 """
 
@@ -40,11 +52,15 @@ from urllib.parse import quote, urljoin
 
 from .hubapi import Http, HttpError, parse_time
 from .model import Action, Decision, Kernel, Probe, Reason, Terminal, Workspace
+from .policy import BUSY_STATES
 
 log = logging.getLogger("gpuworkspace.culler")
 
 Judge = Callable[[Workspace], Decision]  # the policy, with this workspace's warnings, at the cycle's now
 _CacheKey = tuple[datetime | None, datetime | None, int]  # status: started, last_activity, kernel count
+# jupyter_server's APIHandler.update_api_activity records every authenticated API request as the
+# server's activity (ServerApp.last_activity, /api/status), unless it carries this query argument
+UNTRACKED = "?no_track_activity=1"
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,10 @@ def parse_status(body: Any) -> Status:
         kernels=_int(body.get("kernels")),
         connections=_int(body.get("connections")),
     )
+
+
+def _status_key(status: Status) -> _CacheKey:
+    return (status.started, status.last_activity, status.kernels)
 
 
 def parse_kernels(body: Any) -> tuple[Kernel, ...]:
@@ -111,62 +131,139 @@ def could_withdraw(decision: Decision, idle_warned: bool) -> bool:
     return acting_on_idleness(decision) or (idle_warned and decision.reason is Reason.IDLE)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What one server showed about itself, remembered between cycles.
+
+    Every time in it is a lower bound of the server's activity for as long as the same server runs
+    (its activity only moves forward), so judging with it alone can delay a stop, never hasten one.
+    """
+
+    started: datetime | None  # the hub's start time of the server: another start, another server
+    process: datetime | None  # /api/status ``started``: the single-user process it was read from
+    last_activity: datetime | None  # /api/status
+    kernels: tuple[Kernel, ...] | None = None  # as read, states included (reused while status is unchanged)
+    kernels_at: datetime | None = None  # when they were read or confirmed: a busy kernel was active then
+    kernels_status: _CacheKey | None = None  # the status they went with
+    terminals: tuple[Terminal, ...] | None = None
+
+    def probe(self) -> Probe:
+        """The remembered evidence as a probe: a kernel seen busy counts as active when it was seen."""
+        kernels = None
+        if self.kernels is not None:
+            kernels = tuple(_as_of(k, self.kernels_at) for k in self.kernels)
+        return Probe(last_activity=self.last_activity, kernels=kernels, terminals=self.terminals)
+
+
+def _as_of(kernel: Kernel, seen_at: datetime | None) -> Kernel:
+    if kernel.execution_state not in BUSY_STATES or seen_at is None:
+        return kernel
+    last = max(kernel.last_activity, seen_at) if kernel.last_activity else seen_at
+    return replace(kernel, execution_state="unknown", last_activity=last)
+
+
 class ServerProber:
-    """Probes single-user servers at ``{proxy_url}{server url}api/...`` with the service's token."""
+    """Probes single-user servers at ``{proxy_url}{server url}api/...`` with the service's token.
+
+    Every request that jupyter_server would record as activity carries ``no_track_activity=1``
+    (``APIHandler.update_api_activity``); ``api/status`` records none anyway.
+    """
 
     def __init__(self, http: Http, proxy_url: str) -> None:
         self.http = http
         self.proxy_url = proxy_url
-        self._kernels: dict[tuple[str, str], tuple[_CacheKey, tuple[Kernel, ...]]] = {}
+        self._seen: dict[tuple[str, str], Seen] = {}
 
     def api(self, server_url: str, path: str) -> str:
         """The server's API URL: the hub's URL path for it (base_url included) on the proxy's origin."""
         return urljoin(self.proxy_url, server_url.rstrip("/") + "/api/" + path)
 
+    def remembered(self, workspace: Workspace) -> Seen | None:
+        """What this server showed in earlier cycles; None after a (re)start or a culler restart."""
+        seen = self._seen.get(workspace.key)
+        if seen is not None and seen.started != workspace.started:
+            del self._seen[workspace.key]
+            return None
+        return seen
+
     async def probe(
-        self, workspace: Workspace, server_url: str, judge: Judge, *, idle_warned: bool
-    ) -> Probe | None:
+        self, workspace: Workspace, server_url: str, judge: Judge, *, idle_warned: bool, now: datetime
+    ) -> tuple[Probe | None, bool]:
         """The evidence the decision needs, asking no more than it needs (see the module docstring).
 
-        None, with no request, when the hub's and the GPU's evidence already keep the server.
+        Returns the evidence and whether the server was asked. No request when the remembered
+        evidence (or the GPU, or an exemption) already keeps the server: the evidence is then the
+        remembered one (None if nothing is remembered).
         """
-        if not could_withdraw(judge(_most_idle(workspace, Probe())), idle_warned):
-            return None
+        seen = self.remembered(workspace)
+        known = seen.probe() if seen is not None else None
+        if not could_withdraw(judge(_most_idle(workspace, known or Probe())), idle_warned):
+            return known, False
         probe = Probe()
+        status: Status | None = None
         try:
             status = parse_status(await self._get(server_url, "status", workspace))
-            probe = Probe(last_activity=status.last_activity, kernels=() if status.kernels == 0 else None)
+            same = seen is not None and seen.process == status.started
+            probe = Probe(
+                last_activity=status.last_activity,
+                kernels=() if status.kernels == 0 else None,
+                terminals=seen.terminals if seen is not None and same else None,
+            )
             if not could_withdraw(judge(_most_idle(workspace, probe)), idle_warned):
-                return probe
+                return self._remember(workspace, seen, status, probe, now), True
             if status.kernels:
-                probe = replace(probe, kernels=await self._kernels_of(workspace, server_url, status))
+                probe = replace(probe, kernels=await self._kernels_of(workspace, server_url, status, seen))
                 if not could_withdraw(judge(_most_idle(workspace, probe)), idle_warned):
-                    return probe
+                    return self._remember(workspace, seen, status, probe, now), True
             if _first_warning_or_stop(judge(_most_idle(workspace, probe))):
                 terminals = parse_terminals(await self._get(server_url, "terminals", workspace))
                 probe = replace(probe, terminals=terminals)
         except HttpError as e:
             log.warning("probe of %s/%s failed: %s", workspace.user, workspace.server or "(default)", e)
-            return replace(probe, error=str(e))
+            if status is not None:
+                self._remember(workspace, seen, status, probe, now)
+            return replace(probe, error=str(e)), True
+        return self._remember(workspace, seen, status, probe, now), True
+
+    def _remember(
+        self, ws: Workspace, seen: Seen | None, status: Status, probe: Probe, now: datetime
+    ) -> Probe:
+        """Keep what this cycle read (kernels and terminals not read: the earlier ones); the probe."""
+        same = seen is not None and seen.process == status.started
+        kernels, kernels_at, kernels_status = None, None, None
+        if probe.kernels is not None:
+            kernels, kernels_at, kernels_status = probe.kernels, now, _status_key(status)
+        elif seen is not None and same:
+            kernels, kernels_at, kernels_status = seen.kernels, seen.kernels_at, seen.kernels_status
+        self._seen[ws.key] = Seen(
+            started=ws.started,
+            process=status.started,
+            last_activity=status.last_activity,
+            kernels=kernels,
+            kernels_at=kernels_at,
+            kernels_status=kernels_status,
+            terminals=probe.terminals,
+        )
         return probe
 
-    async def _kernels_of(self, ws: Workspace, server_url: str, status: Status) -> tuple[Kernel, ...]:
-        key = (status.started, status.last_activity, status.kernels)
-        cached = self._kernels.get(ws.key)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        kernels = parse_kernels(await self._get(server_url, "kernels", ws))
-        self._kernels[ws.key] = (key, kernels)
-        return kernels
+    async def _kernels_of(
+        self, ws: Workspace, server_url: str, status: Status, seen: Seen | None
+    ) -> tuple[Kernel, ...]:
+        """The kernels: reused while status is unchanged (no kernel sent anything), else read."""
+        if seen is not None and seen.kernels is not None and seen.kernels_status == _status_key(status):
+            return seen.kernels
+        return parse_kernels(await self._get(server_url, "kernels", ws))
 
     def keep_only(self, keys: Iterable[tuple[str, str]]) -> None:
-        """Forget the kernels of servers no longer running."""
+        """Forget the servers no longer running."""
         alive = set(keys)
-        for key in [k for k in self._kernels if k not in alive]:
-            del self._kernels[key]
+        for key in [k for k in self._seen if k not in alive]:
+            del self._seen[key]
 
     async def _get(self, server_url: str, path: str, ws: Workspace) -> Any:
-        return await self.http.get_json(self.api(server_url, path), what=f"{path} of {_name(ws)}")
+        """GET a server API without it counting as activity (``no_track_activity``, see the class)."""
+        url = self.api(server_url, path) + UNTRACKED
+        return await self.http.get_json(url, what=f"{path} of {_name(ws)}")
 
     async def checkpoint_open_notebooks(self, server_url: str, ws: Workspace) -> list[str]:
         """Checkpoint the saved state of each notebook open in a session; the paths checkpointed.
@@ -178,6 +275,7 @@ class ServerProber:
         sessions = await self._get(server_url, "sessions", ws)
         paths = sorted({str(s.get("path")) for s in _items(sessions) if _is_notebook(s)})
         for path in paths:
+            # no no_track_activity here: a write just before the stop, whose activity no cycle reads
             url = self.api(server_url, f"contents/{quote(path, safe='/')}/checkpoints")
             response = await self.http.fetch(url, what=f"checkpoint {path}", method="POST")
             if response.code != 201:  # noqa: PLR2004 - jupyter_server answers 201 Created

@@ -3,7 +3,11 @@
 Routes: ``/hub/api/users`` (paginated, ``state=ready``), ``DELETE /hub/api/users/<u>/server`` and
 ``/servers/<s>``, ``/user/<u>/[<s>/]api/{status,kernels,terminals,sessions}``,
 ``POST .../api/contents/<path>/checkpoints`` and ``/attribution/api/v1/workspaces``. Every request is
-counted by kind (:attr:`FakeCluster.counts`). A server is a small dataclass, so thousands are cheap.
+counted by kind (:attr:`FakeCluster.counts`); server API requests without ``no_track_activity`` also
+in :attr:`FakeCluster.tracked` (jupyter_server would record them as activity). With ``proxy_clock``
+set, every request to a single-user server moves its hub ``last_activity`` to that clock's time, as
+configurable-http-proxy and ``JupyterHub.update_last_activity`` do. A server is a small dataclass, so
+thousands are cheap.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import json
 import socket
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -40,6 +45,7 @@ class FakeServer:
     sessions: list[str] = field(default_factory=list)  # notebook paths open in sessions
     user_options: dict[str, Any] = field(default_factory=dict)
     groups: list[str] = field(default_factory=list)
+    ready: bool = True  # False: starting or stopping (active, not ready)
     fail: int | None = None  # answer every server API request with this status
     delay: float = 0.0  # seconds before answering (a timeout when over the client's)
 
@@ -50,8 +56,8 @@ class FakeServer:
     def model(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "ready": True,
-            "pending": None,
+            "ready": self.ready,
+            "pending": None if self.ready else "stop",
             "started": iso(self.started),
             "last_activity": iso(self.hub_activity),
             "url": self.url,
@@ -67,6 +73,10 @@ class FakeCluster:
         self.gpu: dict[tuple[str, str], dict[str, Any]] = {}  # attribution rows
         self.attribution_down = False
         self.stop_status = 202
+        self.stop_delay = 0.0  # seconds each DELETE takes
+        self.proxy_clock: Callable[[], datetime] | None = None  # set: proxied requests move hub activity
+        self.tracked: Counter[str] = Counter()  # server GETs that would count as activity
+        self.envelope = True  # False: a hub that answers plain lists, whatever the Accept header
         self.page_limit = page_limit
         self.counts: Counter[str] = Counter()
         self.deletes: list[tuple[str, bytes]] = []  # (path, body) of each DELETE
@@ -170,9 +180,14 @@ class UsersHandler(Base):
             u = users.setdefault(s.user, {"name": s.user, "groups": s.groups, "servers": {}})
             u["servers"][s.name] = s.model()
         names = sorted(users)
-        page = [users[n] for n in names[offset : offset + limit]]
+        # like JupyterHub: users with an active server are paged, then filtered to those with a ready one
+        page = [
+            users[n]
+            for n in names[offset : offset + limit]
+            if any(s["ready"] for s in users[n]["servers"].values())
+        ]
         following = {"offset": offset + limit, "limit": limit} if offset + limit < len(names) else None
-        if "jupyterhub-pagination" not in self.request.headers.get("Accept", ""):
+        if not fake.envelope or "jupyterhub-pagination" not in self.request.headers.get("Accept", ""):
             self.reply(page)
             return
         self.reply(
@@ -184,10 +199,12 @@ class UsersHandler(Base):
 
 
 class StopHandler(Base):
-    def delete(self, user: str, name: str = "") -> None:
+    async def delete(self, user: str, name: str = "") -> None:
         fake = self.fake
         fake.counts["hub-stop"] += 1
         fake.deletes.append((self.request.path, self.request.body))
+        if fake.stop_delay:
+            await asyncio.sleep(fake.stop_delay)
         if fake.servers.pop((unquote(user), unquote(name)), None) is None:
             self.reply({"status": 404, "message": "no such server"}, 404)
             return
@@ -199,9 +216,13 @@ class ServerApiHandler(Base):
     async def get(self, user: str, name: str | None, kind: str) -> None:
         fake = self.fake
         fake.counts[kind] += 1
+        if self.get_argument("no_track_activity", None) is None:
+            fake.tracked[kind] += 1
         server = fake.servers.get((user, name or ""))
         if server is None:
             raise web.HTTPError(503)
+        if fake.proxy_clock is not None:
+            server.hub_activity = fake.proxy_clock()
         if server.delay:
             await asyncio.sleep(server.delay)
         if server.fail:
@@ -262,6 +283,7 @@ def make_culler(
     *,
     dry_run: bool = False,
     gpu: bool = True,
+    probe: bool = True,
     timeout: float = 5.0,
     **options: Any,
 ) -> Any:
@@ -279,7 +301,7 @@ def make_culler(
     return Culler(
         state,
         HubApi(http, fake.hub_api_url),
-        prober=ServerProber(http, fake.base),
+        prober=ServerProber(http, fake.base) if probe else None,
         gpu=source,
         options=Options(**options),
         clock=clock,

@@ -40,6 +40,40 @@ def test_command_line_builds_the_policy(tmp_path: Path, monkeypatch: pytest.Monk
     assert policy.exempt_users == frozenset({"admin"}) and app.dry_run and not app.remove
 
 
+@pytest.mark.parametrize("none", ["--warn-before=none", "--CullerApp.warn_before=None"])
+def test_no_warnings_from_the_command_line(
+    none: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert app_with(none).policy().warn_before == ()
+
+
+def test_no_warnings_from_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpuworkspace_culler_config.py").write_text("c.CullerApp.warn_before = []\n")
+    assert app_with().policy().warn_before == ()
+
+
+def test_lead_times_as_long_as_an_idle_timeout_are_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
+    app = app_with(
+        "--idle-timeout=3600",
+        "--warn-before=1800",
+        "--CullerApp.idle_timeout_by_profile=quick=900",
+        "--CullerApp.idle_timeout_by_gpu_mode=mig=0",
+    )
+    _, http = app.build(lambda: datetime.now(UTC))
+    http.close()
+    lines = [r.getMessage() for r in caplog.records if "warn_before" in r.getMessage()]
+    assert lines == [
+        "CullerApp.warn_before 1800 s >= idle_timeout_by_profile['quick'] 900 s: "
+        "the first idle warning comes at the first cycle after the last activity"
+    ]
+
+
 def test_config_file_and_command_line_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "culler.py"
@@ -71,6 +105,7 @@ def test_default_config_file_is_read_when_present(tmp_path: Path, monkeypatch: p
             "idle_timeout_by_profile['a100'] must be a duration",
         ),
         (["--concurrency=0"], "CullerApp.concurrency must be >= 1, not 0"),
+        (["--cycles=0"], "CullerApp.cycles must be >= 1, not 0"),
         (["--interval=0"], "CullerApp.interval must be > 0 seconds"),
         (
             ["--CullerApp.arbiter_hook=nowhere.at.all:hook"],
@@ -85,6 +120,7 @@ def test_default_config_file_is_read_when_present(tmp_path: Path, monkeypatch: p
         "gpu-mode",
         "profile",
         "concurrency",
+        "cycles",
         "interval",
         "hook",
         "config",
@@ -142,6 +178,28 @@ async def test_once_dry_run_prints_the_decisions(fake: FakeCluster, tmp_path: Pa
     assert report["requests"] == fake.requests()
     assert summary["idle_gpu_seconds"] == {"bob/": 120.0}
     assert fake.deletes == []
+
+
+async def test_once_runs_several_cycles_and_prints_each_report(fake: FakeCluster, tmp_path: Path) -> None:
+    old = datetime.now(UTC) - timedelta(hours=3)
+    fake.add("alice", started=old, hub_activity=old, activity=datetime.now(UTC))
+    env = {
+        **os.environ,
+        "JUPYTERHUB_API_TOKEN": TOKEN,
+        "JUPYTERHUB_API_URL": fake.hub_api_url,
+        "GPUWS_CULLER_PROXY_URL": fake.base,
+        "GPUWS_CULLER_ATTRIBUTION_URL": "",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuworkspace_spawner.services.culler.app", "--once", "--cycles=2",
+        "--interval=0.1", "--dry-run",
+        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    first, second = json.loads(out)["cycles"]
+    assert (first["probed"], first["requests"]) == (1, 2)  # the list and alice's status
+    assert (second["probed"], second["requests"]) == (0, 1)  # what alice showed still keeps her
 
 
 async def test_once_fails_when_the_hub_cannot_be_read(tmp_path: Path) -> None:

@@ -290,3 +290,69 @@ async def test_request_budget_at_200_servers(fake: FakeCluster, clock: FakeClock
     print("requests per server per cycle:", [round(x, 3) for x in per_server])
     assert max(per_server) <= 2.0
     assert culler.state.last_cycle is not None and culler.state.last_cycle.warned == 200  # everyone, at once
+
+
+async def test_hub_activity_moved_by_our_own_probes_does_not_keep_an_idle_server(
+    fake: FakeCluster, clock: FakeClock
+) -> None:
+    """The proxy records each probe as activity and the hub copies it: the server's own word decides."""
+    idle_server(fake, hub_activity=T0)
+    fake.proxy_clock = clock  # every proxied request moves the hub's last_activity to now
+    culler = make_culler(fake, clock, POLICY)
+    try:
+        first, between, second, stop = await cycles(culler, clock, [0, 10, 26, 32])
+    finally:
+        culler.hub.http.close()
+    key = ("alice", "")
+    assert first[key].action is Action.WARN and first[key].activity_source == "server"
+    assert between[key].action is Action.KEEP
+    assert second[key].action is Action.WARN and second[key].stage == 1
+    assert stop[key].action is Action.STOP and fake.deletes == [("/hub/api/users/alice/server", b"")]
+    assert fake.tracked == {}  # and none of our requests counted as activity on the server
+
+
+async def test_without_probes_the_hubs_last_activity_still_counts(
+    fake: FakeCluster, clock: FakeClock
+) -> None:
+    idle_server(fake, hub_activity=T0 - timedelta(minutes=5))
+    idle_server(fake, user="bob")  # the hub saw nothing for 40 minutes
+    culler = make_culler(fake, clock, POLICY, probe=False)
+    try:
+        (run,) = await cycles(culler, clock, [0])
+    finally:
+        culler.hub.http.close()
+    alice, bob = run[("alice", "")], run[("bob", "")]
+    assert alice.action is Action.KEEP and alice.activity_source == "hub"
+    assert "the server was not asked" in alice.message
+    assert bob.action is Action.WARN and bob.last_activity == IDLE_SINCE
+    assert fake.requests("status", "kernels", "terminals") == 0
+
+
+async def test_an_active_server_is_not_asked_again_while_what_it_showed_keeps_it(
+    fake: FakeCluster, clock: FakeClock
+) -> None:
+    fake.add("alice", started=T0 - timedelta(hours=3), hub_activity=T0, activity=T0 - timedelta(minutes=5))
+    culler = make_culler(fake, clock, POLICY)
+    try:
+        runs = await cycles(culler, clock, [0, 5, 10, 20, 26])
+    finally:
+        culler.hub.http.close()
+    assert all(r[("alice", "")].action is Action.KEEP for r in runs[:4])
+    assert fake.counts["status"] == 2  # at 0 (nothing remembered) and at 26 (within the lead time)
+
+
+async def test_stops_run_concurrently(fake: FakeCluster, clock: FakeClock) -> None:
+    for i in range(10):
+        idle_server(fake, user=f"user{i}")
+    fake.stop_delay = 0.5
+    policy = replace(POLICY, idle_timeout=1800, warn_before=())  # idle 40 min: due now
+    culler = make_culler(fake, clock, policy, concurrency=10, save_first=True)
+    loop = asyncio.get_running_loop()
+    try:
+        began = loop.time()
+        report = await culler.run()
+        took = loop.time() - began
+    finally:
+        culler.hub.http.close()
+    assert report.stopped == 10 and len(fake.deletes) == 10
+    assert took < 2.0, f"10 stops of 0.5 s each at concurrency 10 took {took:.2f} s"

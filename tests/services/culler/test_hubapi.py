@@ -92,3 +92,38 @@ def test_parse_user_without_servers_or_groups() -> None:
     assert parse_user({"name": "eve"}) == []
     (s,) = parse_user({"name": "eve", "servers": {"": {"name": "", "ready": False, "pending": "spawn"}}})
     assert (s.ready, s.pending, s.groups, s.profile) == (False, "spawn", frozenset(), None)
+
+
+async def test_follows_next_past_an_empty_page(fake: FakeCluster, hub: HubApi) -> None:
+    """JupyterHub filters state=ready after paging: a page of stopping servers is empty, not the end."""
+    fake.add("a0", ready=False)
+    fake.add("a1", ready=False)
+    fake.add("b0", started=T0)
+    try:
+        servers = await hub.running_servers()
+    finally:
+        hub.http.close()
+    assert [s.key for s in servers] == [("b0", "")]
+    assert fake.counts["hub-list"] == 2
+
+
+async def test_plain_lists_end_at_a_short_page(fake: FakeCluster, hub: HubApi) -> None:
+    fake.envelope = False
+    for i in range(5):
+        fake.add(f"u{i}", started=T0)
+    try:
+        servers = await hub.running_servers()
+    finally:
+        hub.http.close()
+    assert len(servers) == 5 and fake.counts["hub-list"] == 3  # 2 + 2 + 1 (short: the end)
+
+
+async def test_plain_lists_end_at_an_empty_page(fake: FakeCluster, hub: HubApi) -> None:
+    fake.envelope = False
+    for i in range(4):
+        fake.add(f"u{i}", started=T0)
+    try:
+        servers = await hub.running_servers()
+    finally:
+        hub.http.close()
+    assert len(servers) == 4 and fake.counts["hub-list"] == 3  # 2 + 2 + 0

@@ -36,7 +36,14 @@ from tests.unit.culler.scenarios import (
 @pytest.mark.parametrize(
     ("ws", "when", "source"),
     [
-        pytest.param(workspace(hub=-50), at(-50), "hub", id="hub"),
+        pytest.param(workspace(hub=-50, probed=False), at(-50), "hub", id="hub-unprobed"),
+        pytest.param(
+            workspace(hub=-50, kernels=None, probe_error="503"), at(-50), "hub", id="hub-probe-read-nothing"
+        ),
+        pytest.param(workspace(hub=-5, status=-50), at(-50), "server", id="hub-ignored-when-server-answers"),
+        pytest.param(
+            workspace(hub=-5, started=-90), at(-90), "started", id="hub-ignored-server-says-nothing"
+        ),
         pytest.param(workspace(hub=-50, status=-20), at(-20), "server", id="server-status"),
         pytest.param(workspace(hub=-50, kernels=(kernel(-10),)), at(-10), "kernel k1", id="kernel"),
         pytest.param(workspace(hub=-300, kernels=(kernel(-300, "busy"),)), NOW, "busy kernel k1", id="busy"),
@@ -50,12 +57,15 @@ from tests.unit.culler.scenarios import (
         pytest.param(workspace(hub=-50, gpu=gpu(3.0, last_busy=-4)), at(-4), "gpu", id="gpu-last-busy"),
         pytest.param(workspace(hub=-50, gpu=gpu(87.0)), NOW, "gpu", id="gpu-busy-now"),
         pytest.param(workspace(hub=-50, gpu=gpu(10.0)), NOW, "gpu", id="gpu-at-threshold"),
-        pytest.param(workspace(hub=-50, gpu=gpu(9.9)), at(-50), "hub", id="gpu-below-threshold"),
-        pytest.param(workspace(hub=-50, gpu=gpu(None)), at(-50), "hub", id="gpu-not-visible"),
+        pytest.param(workspace(status=-50, gpu=gpu(9.9)), at(-50), "server", id="gpu-below-threshold"),
+        pytest.param(workspace(hub=-50, probed=False, gpu=gpu(None)), at(-50), "hub", id="gpu-not-visible"),
         pytest.param(
-            workspace(hub=-120, kernels=(kernel(-120, connections=3),)), at(-120), "hub", id="open-tab-is-not"
+            workspace(hub=-1, kernels=(kernel(-120, connections=3),)),
+            at(-120),
+            "kernel k1",
+            id="open-tab-is-not",
         ),
-        pytest.param(workspace(hub=-30, status=-30), at(-30), "hub", id="tie-first-source"),
+        pytest.param(workspace(status=-30, kernels=(kernel(-30),)), at(-30), "server", id="tie-first-source"),
         pytest.param(workspace(started=-90), at(-90), "started", id="no-evidence-started"),
         pytest.param(workspace(started=None, probed=False), NOW, "no evidence", id="no-evidence-no-start"),
         pytest.param(
@@ -64,7 +74,12 @@ from tests.unit.culler.scenarios import (
             "probe failed",
             id="probe-failed-no-hub",
         ),
-        pytest.param(workspace(hub=-70, probe_error="timeout"), at(-70), "hub", id="probe-failed-hub-known"),
+        pytest.param(
+            workspace(hub=-70, probe_error="timeout", kernels=None),
+            at(-70),
+            "hub",
+            id="probe-failed-hub-known",
+        ),
         pytest.param(
             workspace(hub=-70, status=-3, probe_error="kernels: 500"),
             at(-3),
@@ -176,7 +191,7 @@ def test_annotation_name_matches_manifests() -> None:
             idle_workspace(-3),
             POLICY,
             [warned(0, -10, 20)],
-            "warnings withdrawn (new activity); idle since 2026-12-01 11:57 UTC (latest: hub); "
+            "warnings withdrawn (new activity); idle since 2026-12-01 11:57 UTC (latest: server); "
             "stops at 12:57 UTC if still idle",
             id="withdrawn",
         ),
