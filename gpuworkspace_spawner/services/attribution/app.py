@@ -209,7 +209,8 @@ async def serve(args: argparse.Namespace) -> int:
         history=History(capacity=args.history_points, step_s=args.history_step),
         groups=hub_groups_from_env(args.groups_refresh),
     )
-    hub_auth = HubOAuth() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
+    # the instance HubOAuthCallbackHandler uses too: the OAuth state (PKCE verifier, next URL) is in it
+    hub_auth = HubOAuth.instance() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or f"/services/{SERVICE}/"
     state = State(
         collector,
