@@ -320,7 +320,8 @@ class CullerApp(Application):
 
     async def serve(self) -> int:
         culler, http = self.build(lambda: datetime.now(UTC))
-        hub_auth = HubOAuth() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
+        # the instance HubOAuthCallbackHandler uses too: the OAuth state (PKCE verifier, next URL) is in it
+        hub_auth = HubOAuth.instance() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or f"/services/{SERVICE}/"
         host, port = listen_address(self.listen, DEFAULT_PORT)
         server = make_app(culler.state, hub_auth=hub_auth, prefix=prefix).listen(port, host, xheaders=True)

@@ -25,10 +25,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from .model import Action, Decision, Policy, Probe, Reason, Warning, Workspace
+from .model import Action, Decision, Kernel, Policy, Probe, Reason, Warning, Workspace
 
 EXEMPT_ANNOTATION = "gpuworkspace.dev/cull-exempt"  # manifests.names.ANN_CULL_EXEMPT
-BUSY_STATES = frozenset({"busy", "starting"})  # kernel execution states that are activity now
+# A kernel no client ever connected to stays "starting" in jupyter_server 2.x; only this long after its
+# last activity is "starting" taken for a kernel coming up.
+STARTING_GRACE = timedelta(minutes=2)
 SOURCE_HUB = "hub"
 SOURCE_SERVER = "server"
 SOURCE_GPU = "gpu"
@@ -79,7 +81,7 @@ def last_activity(workspace: Workspace, policy: Policy, *, now: datetime) -> tup
     The hub's ``last_activity`` is evidence only without the server's own (:func:`own_evidence`).
     Without any evidence: the start time (source "started"), else ``now`` (source "no evidence").
     """
-    live, seen = _probe_evidence(workspace)
+    live, seen = _probe_evidence(workspace, now)
     gpu = workspace.gpu
     if gpu is not None:
         if gpu.util_percent is not None and gpu.util_percent >= policy.gpu_busy_percent:
@@ -113,7 +115,18 @@ def seen_by_server_or_hub(workspace: Workspace) -> bool:
     return workspace.hub_last_activity is not None
 
 
-def _probe_evidence(workspace: Workspace) -> tuple[list[str], list[tuple[datetime | None, str]]]:
+def runs_code(kernel: Kernel, at: datetime) -> bool:
+    """Is the kernel running code (activity now) as of ``at``? Busy, or starting for a short while."""
+    if kernel.execution_state == "busy":
+        return True
+    if kernel.execution_state == "starting":
+        return kernel.last_activity is None or at - kernel.last_activity < STARTING_GRACE
+    return False
+
+
+def _probe_evidence(
+    workspace: Workspace, now: datetime
+) -> tuple[list[str], list[tuple[datetime | None, str]]]:
     """Sources active now, and timestamped evidence, from the single-user server (else the hub).
 
     What a failed probe did return still counts: it can only delay a stop.
@@ -124,7 +137,7 @@ def _probe_evidence(workspace: Workspace) -> tuple[list[str], list[tuple[datetim
         return live, [(workspace.hub_last_activity, SOURCE_HUB)]
     seen: list[tuple[datetime | None, str]] = [(probe.last_activity, SOURCE_SERVER)]
     for kernel in probe.kernels or ():
-        if kernel.execution_state in BUSY_STATES:
+        if runs_code(kernel, now):
             live.append(f"busy kernel {kernel.id}")
         seen.append((kernel.last_activity, f"kernel {kernel.id}"))  # connections are not activity
     seen.extend((terminal.last_activity, f"terminal {terminal.name}") for terminal in probe.terminals or ())

@@ -52,7 +52,7 @@ from urllib.parse import quote, urljoin
 
 from .hubapi import Http, HttpError, parse_time
 from .model import Action, Decision, Kernel, Probe, Reason, Terminal, Workspace
-from .policy import BUSY_STATES
+from .policy import runs_code
 
 log = logging.getLogger("gpuworkspace.culler")
 
@@ -156,7 +156,7 @@ class Seen:
 
 
 def _as_of(kernel: Kernel, seen_at: datetime | None) -> Kernel:
-    if kernel.execution_state not in BUSY_STATES or seen_at is None:
+    if seen_at is None or not runs_code(kernel, seen_at):
         return kernel
     last = max(kernel.last_activity, seen_at) if kernel.last_activity else seen_at
     return replace(kernel, execution_state="unknown", last_activity=last)

@@ -272,7 +272,8 @@ async def serve(args: argparse.Namespace) -> int:
         KubeletScrape(args.kubelet_scheme, args.kubelet_port, verify_tls=args.kubelet_verify_tls)
     )
     ops = DiskOperations(api, settings, catalog, stats)
-    hub_auth = HubOAuth() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
+    # the instance HubOAuthCallbackHandler uses too: the OAuth state (PKCE verifier, next URL) is in it
+    hub_auth = HubOAuth.instance() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or "/services/gpuworkspace-disks/"
     app = make_app(
         ops, hub_auth, prefix, DiskMetrics(stats, args.alert_threshold), metrics_public=args.metrics_public

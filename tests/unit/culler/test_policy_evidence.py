@@ -53,6 +53,19 @@ from tests.unit.culler.scenarios import (
             "busy kernel k2",
             id="starting-kernel",
         ),
+        pytest.param(
+            workspace(kernels=(kernel(-9), kernel(-1, "starting", id="k2"))),
+            NOW,
+            "busy kernel k2",
+            id="starting-kernel-within-the-grace",
+        ),
+        pytest.param(
+            # a kernel no client ever connected to stays "starting" in jupyter_server 2.x
+            workspace(kernels=(kernel(-90), kernel(-30, "starting", id="k2"))),
+            at(-30),
+            "kernel k2",
+            id="kernel-starting-for-long-is-not-running-code",
+        ),
         pytest.param(workspace(hub=-50, terminals={"1": -5, "2": None}), at(-5), "terminal 1", id="terminal"),
         pytest.param(workspace(hub=-50, gpu=gpu(3.0, last_busy=-4)), at(-4), "gpu", id="gpu-last-busy"),
         pytest.param(workspace(hub=-50, gpu=gpu(87.0)), NOW, "gpu", id="gpu-busy-now"),
