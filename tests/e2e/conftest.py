@@ -31,6 +31,13 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--disable-quic",
 ]
+# The idle culler and the attribution service in the stack: culler_config.py culls the e2e-cull*
+# profiles only (test_culler.py), on a timescale of seconds; fresh GPU figures every few seconds.
+SERVICES_ENV = {
+    "GPUWS_CULLER_CONFIG": str(Path(__file__).parent / "culler_config.py"),
+    "GPUWS_CULLER_INTERVAL": "2",
+    "GPUWS_ATTRIBUTION_INTERVAL": "3",
+}
 
 
 def spawner_under_test() -> str:
@@ -57,7 +64,9 @@ def stack() -> Iterator[HubStack]:
     shutil.copytree(REPO / "hub_config" / "catalog", catalog)
     shutil.copy(Path(__file__).parent / "catalog-extra.yaml", catalog / "zz-e2e.yaml")
     try:
-        with HubStack(workdir, spawner=spawner_under_test(), catalog=catalog) as hub_stack:
+        with HubStack(
+            workdir, spawner=spawner_under_test(), catalog=catalog, extra_env=SERVICES_ENV
+        ) as hub_stack:
             yield hub_stack
     finally:
         if not os.environ.get("GPUWS_E2E_KEEP"):

@@ -1,0 +1,21 @@
+"""The idle culler's configuration in the e2e stack (conftest.py passes it as ``GPUWS_CULLER_CONFIG``).
+
+Only the ``e2e-cull*`` profiles of catalog-extra.yaml are ever culled, on a timescale of seconds, so
+that the other e2e tests' servers are never warned nor stopped. ``test_culler.py`` reads these values
+back from the running culler (``api/v1/status``). The cycle's interval comes from
+``GPUWS_CULLER_INTERVAL``: the hub's registration passes it on the command line, which wins.
+"""
+
+c = get_config()  # noqa: F821 - traitlets defines it when it loads this file
+
+c.CullerApp.idle_timeout = 0  # never: every profile but the ones below
+c.CullerApp.idle_timeout_by_profile = {
+    "e2e-cull": 30,
+    "e2e-cull-gpu": 30,
+    "e2e-cull-exempt": 30,  # what would apply but for the exemption
+}
+c.CullerApp.max_duration_by_profile = {"e2e-cull-max": 45}
+c.CullerApp.exempt_profiles = {"e2e-cull-exempt"}
+c.CullerApp.warn_before = [16, 8]  # two stages
+c.CullerApp.gpu_busy_percent = 10
+c.CullerApp.timeout = 5
