@@ -29,7 +29,7 @@ help:
 	@echo "make demo   set everything up, then start devcluster + mock OIDC + JupyterHub on :8000"
 	@echo "make test   set everything up, lint, then run the test suite (what CI runs via .ci/run)"
 	@echo "make lint   ruff check, ruff format --check, import-linter contracts, mypy on the pure core"
-	@echo "make bench  run every tests/benchmarks/bench_*.py as a script"
+	@echo "make bench  run every tests/benchmarks/bench_*.py, then print one Markdown table of them all"
 	@echo "make docs   build the Sphinx docs into docs/_build/html (warnings are errors)"
 	@echo "make venv   only set up: apt packages, .venv, pip install -e .[...], npm ci"
 	@echo "make clean  remove build outputs and caches (keeps .venv, node_modules and .state)"
@@ -47,13 +47,31 @@ test: lint
 	timeout --signal=INT --kill-after=60 $(TEST_BUDGET_S) \
 		$(BIN)/pytest -p no:cacheprovider -q -m "not soak and not bench" --durations=10 $(PYTEST_ARGS) tests/
 
+# Every benchmark prints its own table and appends its headline rows to $GPUWS_BENCH_ROWS; then
+# tests/benchmarks/report.py prints them as one Markdown table (docs/reference/benchmarks.md).
+# BENCHMARKS="tests/benchmarks/bench_culler.py" runs a subset; BENCH_REPORT=docs/reference/benchmarks.md
+# also writes the page; BENCH_LOCK=/tmp/gpuws-devcluster.lock runs each benchmark under flock
+# (one devcluster per machine); BENCH_ROWS=FILE keeps the rows (JSON lines) instead of a temporary file.
+BENCH_REPORT ?=
+BENCH_ROWS ?=
+BENCH_LOCK ?=
+BENCH_COMMAND = make bench$(if $(filter command line,$(origin BENCHMARKS)), BENCHMARKS='$(BENCHMARKS)')$(if \
+	$(BENCH_LOCK), BENCH_LOCK=$(BENCH_LOCK))$(if $(BENCH_REPORT), BENCH_REPORT=$(BENCH_REPORT))
 bench: venv
-	@if [ -z "$(BENCHMARKS)" ]; then echo "bench: no tests/benchmarks/bench_*.py yet"; fi
-	@for f in $(BENCHMARKS); do \
-		mod=$$(basename "$$f" .py); \
+	@if [ -z "$(BENCHMARKS)" ]; then echo "bench: no tests/benchmarks/bench_*.py yet"; exit 0; fi; \
+	if [ -n "$(BENCH_ROWS)" ]; then rows="$(BENCH_ROWS)"; : > "$$rows"; \
+	else rows=$$(mktemp -t gpuws-bench-rows.XXXXXX); trap 'rm -f "$$rows"' EXIT; fi; \
+	rc=0; names=""; \
+	for f in $(BENCHMARKS); do \
+		mod=$$(basename "$$f" .py); names="$$names $$mod"; \
 		echo "== $$mod"; \
-		$(PYTHON) -m tests.benchmarks.$$mod || exit $$?; \
-	done
+		GPUWS_BENCH_ROWS="$$rows" $(if $(BENCH_LOCK),flock $(BENCH_LOCK)) $(PYTHON) -m tests.benchmarks.$$mod \
+			|| { rc=$$?; echo "bench: $$mod exited with $$rc"; }; \
+	done; \
+	echo; echo "== all benchmarks"; \
+	$(PYTHON) -m tests.benchmarks.report "$$rows" --expected $$names \
+		--command "$(BENCH_COMMAND)" $(if $(BENCH_REPORT),--write $(BENCH_REPORT)); \
+	exit $$rc
 
 docs: venv
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html

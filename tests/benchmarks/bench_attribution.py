@@ -63,6 +63,8 @@ from typing import Any
 
 import aiohttp
 
+from . import report as bench_report
+
 SERVICE = "gpuworkspace-attribution"
 PREFIX = f"/services/{SERVICE}/"
 DCGM_PORT, KUBELET_PORT = 9400, 10250
@@ -698,6 +700,34 @@ def print_table(rows: Sequence[Row]) -> None:
             print("-" * (sum(widths) + 2 * (len(widths) - 1)))
 
 
+HEADLINE = ("throughput,", "cycle CPU, median", "cycle wall, median")  # shown with the rows that have goals
+PEERS = {
+    "ms": "the same load against a static tornado handler returning bytes of the same sizes",
+    "req/s": "the same load against a static tornado handler returning bytes of the same sizes",
+    "s": "prometheus_client's parser alone over the same dcgm-exporter and kubelet texts (CPU s)",
+    "MiB": "a python process that only imports the service's modules",
+}
+
+
+def emit_headline(rows: Sequence[Row], nodes: int, workspaces: int) -> None:
+    """The rows with a goal and the key peer comparisons, for ``make bench``'s combined table."""
+    scale = f" ({nodes} nodes x 8 GPUs, {workspaces:,} workspaces)"
+    bench_report.emit(
+        bench_report.Row(
+            "bench_attribution",
+            r.figure.strip() + (scale if i == 0 else ""),
+            r.ours,
+            r.peer,
+            r.unit,
+            f"< {r.goal:g} {r.unit}" if r.goal is not None else "",
+            None if r.goal is None else r.ours < r.goal,
+            PEERS.get(r.unit, "") if r.peer else "",
+        )
+        for i, r in enumerate(rows)
+        if r.goal is not None or r.figure.startswith(HEADLINE)
+    )
+
+
 # ---------------------------------------------------------------------------------------- main
 async def bench(opts: argparse.Namespace, tmp: Path) -> int:
     print(
@@ -869,6 +899,7 @@ async def bench(opts: argparse.Namespace, tmp: Path) -> int:
         Row("RSS peak at a full window (peak + history)", peak + history_mib, base_rss, "MiB", GOAL_RSS_MIB)
     )
     print_table(rows)
+    emit_headline(rows, opts.nodes, opts.workspaces)
     print()
     print(
         "peers: API = the same client and request mix against a static tornado handler (own process) "

@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import report as bench_report
 from .culler_farm import ATTRIBUTION_PREFIX, TOKEN, Farm, FarmConfig, proc_cpu_s
 
 GOAL_CYCLE_S, GOAL_REQUESTS = 10.0, 2.0
@@ -487,6 +488,34 @@ def print_peer_only(runs: list[Run], servers: int) -> None:
     print(f"  CPU in the cycle       {med([r.cpu_cycle_s for r in runs]):.2f} s")
 
 
+HEADLINE = ("  busy servers stopped", "culler CPU in the cycle")  # shown with the rows that have goals
+
+
+def emit_headline(rows: Sequence[Row], servers: int) -> None:
+    """The rows with a goal and the key peer comparisons, for ``make bench``'s combined table."""
+    out, parent = [], ""
+    for r in rows:
+        parent = r.figure if not r.figure.startswith(" ") else parent
+        if r.goal is None and r.figure not in HEADLINE:
+            continue
+        figure = f"{r.figure}, {servers:,} servers" if r.figure == parent else f"{parent}: {r.figure.strip()}"
+        met = None if r.goal is None or math.isnan(r.ours) else r.ours <= r.goal
+        goal = f"<= {r.goal:g} {r.unit}".strip() if r.goal is not None else ""
+        out.append(
+            bench_report.Row(
+                "bench_culler",
+                figure,
+                r.ours,
+                r.peer,
+                r.unit,
+                goal,
+                met,
+                f"{LABELS[PEER]} on the same farm, same concurrency" if r.peer is not None else "",
+            )
+        )
+    bench_report.emit(out)
+
+
 # -------------------------------------------------------------------------------------------- main
 def ours_available() -> bool:
     import importlib.util
@@ -557,7 +586,9 @@ def bench(opts: argparse.Namespace, tmp: Path) -> int:
         if opts.keep_logs:
             shutil.copytree(tmp, opts.keep_logs, dirs_exist_ok=True)
     if runs.get(OURS):
-        print_table(build_rows(runs, opts.servers))
+        rows = build_rows(runs, opts.servers)
+        print_table(rows)
+        emit_headline(rows, opts.servers)
     if runs.get(PEER):
         print_peer_only(runs[PEER], opts.servers)
     print_notes(runs)

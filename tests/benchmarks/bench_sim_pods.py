@@ -53,6 +53,7 @@ import orjson
 import yaml
 from kubernetes_asyncio import client
 
+from . import report as bench_report
 from .bench_devcluster import make_clients, pct
 
 NS = "gpu-workspaces"
@@ -630,6 +631,34 @@ def lite_count(wanted: int, report: Report) -> int:
     return int(fits)
 
 
+def emit_headline(report: Report) -> None:
+    """Start p50 and RSS per pod of the real and lite pods against their peers, for ``make bench``."""
+    out = []
+    for r in report.rows:
+        if r.peer is None:
+            continue
+        peer_name = f"{r.peer.what.removeprefix('peer: ')} (started directly, same run)"
+        what = f"{r.what.split(':')[0]} x{r.n:,}"
+        if r.p50_s is not None:
+            out.append(
+                bench_report.Row(
+                    "bench_sim_pods", f"{what}: start p50", r.p50_s, r.peer.p50_s, "s", peer_name=peer_name
+                )
+            )
+        if r.rss_pod is not None:
+            out.append(
+                bench_report.Row(
+                    "bench_sim_pods",
+                    f"{what}: RSS per pod",
+                    r.rss_pod / MB,
+                    r.peer.rss_pod / MB if r.peer.rss_pod is not None else None,
+                    "MiB",
+                    peer_name=peer_name,
+                )
+            )
+    bench_report.emit(out)
+
+
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--in-process", action="store_true", help="run the cluster on this process's loop")
@@ -667,6 +696,7 @@ async def main(argv: list[str] | None = None) -> int:
                 for a in apis:
                     await a.close()
     report.print_table()
+    emit_headline(report)
     print(f"total wall time {time.perf_counter() - started:.0f} s")
     return 0
 

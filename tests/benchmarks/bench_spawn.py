@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.benchmarks import report as bench_report
 from tests.e2e.harness import REPO, Devcluster, Hub, OidcMock
 
 PROFILE = "cpu-small"
@@ -186,6 +187,30 @@ def print_ratios(results: dict[str, Result]) -> None:
         print(f"  {what:<26} x{ratio:.2f}  (goal <= 1.00: {'met' if ratio <= 1.0 else 'NOT met'})")
 
 
+def emit_headline(results: dict[str, Result]) -> None:
+    """Ours against KubeSpawner with the goals, for ``make bench``'s combined table."""
+    ks, ours = results.get("kubespawner"), results.get("gpuworkspace")
+    if not (ks and ours and ks.cycles and ours.cycles):
+        return
+    peer = "KubeSpawner (the config's cpu-small entry), same devcluster, interleaved rounds"
+
+    def row(figure: str, a: float, b: float, unit: str, goal: float | None) -> bench_report.Row:
+        met = None if goal is None else (a / b if b else float("inf")) <= goal
+        text = f"<= {goal:.2f}x peer" if goal is not None else ""
+        return bench_report.Row("bench_spawn", figure, a, b, unit, text, met, peer)
+
+    n = len(ours.cycles)
+    repeats = [sum(c.repeat_gets for c in r.cycles) / len(r.cycles) for r in (ours, ks)]
+    bench_report.emit(
+        [
+            row(f"median spawn time (hub REST, n={n})", ours.spawn_p50, ks.spawn_p50, "s", 1.05),
+            row("API requests per start+stop cycle", ours.requests_p50, ks.requests_p50, "", 1.0),
+            row("API requests per cycle without list and watch", ours.driven_p50, ks.driven_p50, "", 1.0),
+            row("repeat GETs per cycle (polling)", repeats[0], repeats[1], "", None),
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_spawn", description=__doc__.split("\n", 1)[0])
     parser.add_argument(
@@ -234,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     for result in results.values():
         print_requests(result)
     print_ratios(results)
+    emit_headline(results)
     print(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
     return 1 if any(r.error for r in results.values()) else 0
 

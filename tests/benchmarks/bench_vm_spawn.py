@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.benchmarks import report as bench_report
 from tests.benchmarks.bench_spawn import Cycle, pct
 from tests.e2e.harness import REPO, Devcluster, Hub, OidcMock
 
@@ -103,6 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     polls = sum(c.repeat_gets for c in vm)
     print(f"VM repeat GETs (polling)     {polls}  (goal 0: {'met' if polls == 0 else 'NOT met'})")
+    bench_report.emit(
+        [
+            bench_report.Row(
+                "bench_vm_spawn",
+                f"VM start p50 (hub REST, n={len(vm)})",
+                statistics.median(c.spawn_s for c in vm),
+                statistics.median(c.spawn_s for c in ct),
+                "s",
+                peer_name="a container workspace (cpu-small) on the same devcluster and hub",
+            ),
+            bench_report.Row(
+                "bench_vm_spawn", "VM writes per start+stop (max)", worst, None, "", "<= 6", worst <= 6
+            ),
+            bench_report.Row("bench_vm_spawn", "VM writes, first cycle", first, None, "", "<= 6", first <= 6),
+            bench_report.Row("bench_vm_spawn", "VM repeat GETs (polling)", polls, None, "", "0", polls == 0),
+        ]
+    )
     print(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
     return 0
 
