@@ -88,24 +88,21 @@ def _clean(user_options: object) -> dict[str, str]:
 
 def _profile(catalog: Catalog, slug: str, user: str, groups: frozenset[str]) -> WorkspaceProfile:
     allowed = accessible_profiles(catalog, user, groups)
+    if not allowed:
+        raise OptionsError(
+            "You may not start any workspace profile; ask your platform team for access.",
+            "forbidden-profile",
+        )
     if not slug:
-        default = default_profile_for(catalog, user, groups)
-        if default is None:
-            raise OptionsError(
-                "You may not start any workspace profile; ask your platform team for access.",
-                "forbidden-profile",
-            )
-        return default
+        return default_profile_for(catalog, user, groups) or allowed[0]
     profile = catalog.get(slug)
     if profile is not None and profile in allowed:
         return profile
-    if profile is None and allowed:
-        raise OptionsError(
-            f"There is no profile {slug!r}. Profiles you may use: {_names(allowed)}.", "unknown-profile"
-        )
-    # Refused the same way whether or not the profile exists: the catalog is not public knowledge.
+    # Refused the same way whether or not the profile exists: which restricted profiles a catalog
+    # holds is not the business of users outside their groups.
     raise OptionsError(
-        f"You may not use the profile {slug!r}. Profiles you may use: {_names(allowed)}.", "forbidden-profile"
+        f"There is no profile {slug!r} you may use. Profiles you may use: {_names(allowed)}.",
+        "unknown-profile",
     )
 
 

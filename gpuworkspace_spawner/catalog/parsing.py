@@ -8,6 +8,7 @@ nodes; recursive aliases are refused).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,12 +19,53 @@ from .files import CatalogFile
 
 MAX_NODES = 100_000  # per file, after expanding aliases
 MAX_DEPTH = 40
+COMPOSE_MAX_DEPTH = 4 * MAX_DEPTH  # while parsing: far below Python's recursion limit
+# while parsing, a little above the exact budget, so that files near it get the exact check's answer
+# (after alias expansion, naming the field)
+COMPOSE_MAX_NODES = MAX_NODES + 50
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader without implicit timestamps and with duplicate keys refused."""
+    """SafeLoader without implicit timestamps, with duplicate keys refused, and with the value budget and
+    a nesting bound enforced while composing, so that a hostile file is refused before PyYAML has built
+    it all (a 1 MiB file of values took ~9 s; deep nesting ended in a RecursionError naming no line).
+    :func:`_plain` checks the exact limits after alias expansion, naming the field."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._composed = 0
+        self._depth = 0
+
+    def _count(self) -> Any:
+        start = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+        self._composed += 1
+        if self._composed > COMPOSE_MAX_NODES:
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES} values in a file", start)
+        return start
+
+    def compose_scalar_node(self, anchor: Any) -> Any:
+        self._count()
+        return super().compose_scalar_node(anchor)
+
+    def compose_sequence_node(self, anchor: Any) -> Any:
+        return self._nested(super().compose_sequence_node, anchor)
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        return self._nested(super().compose_mapping_node, anchor)
+
+    def _nested(self, compose: Callable[[Any], Any], anchor: Any) -> Any:
+        start = self._count()
+        self._depth += 1
+        try:
+            if self._depth > COMPOSE_MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_DEPTH} levels deep", start
+                )
+            return compose(anchor)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()

@@ -56,7 +56,9 @@ class CatalogSource:
             self._failed(exc, digest=None)
             return self._catalog
         if files.digest == self._digest:
-            return self._catalog  # touched or re-mounted, same content
+            # touched, re-mounted, or a bad change reverted: the content in use, so nothing is wrong now
+            self._failed_digest, self.last_error = None, None
+            return self._catalog
         if files.digest == self._failed_digest:
             return self._catalog  # the broken content we already reported
         try:

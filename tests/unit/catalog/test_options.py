@@ -66,8 +66,8 @@ def test_accepted(sample: Catalog, options: object, groups: list[str], profile: 
         ),
         pytest.param(
             {"profile": "gpu-exclusive"},
-            "forbidden-profile",
-            "may not use the profile 'gpu-exclusive'",
+            "unknown-profile",  # refused like a profile that does not exist
+            "There is no profile 'gpu-exclusive' you may use",
             id="forbidden",
         ),
         pytest.param(
