@@ -28,6 +28,8 @@ GPUWS_ATTRIBUTION_     its collection cycle in seconds             ``15``
 INTERVAL
 GPUWS_ATTRIBUTION_     a Prometheus to read GPU/CPU figures from   unset: scrape dcgm-exporter,
 PROMETHEUS_URL         instead of scraping                         the kubelets and agents directly
+GPUWS_ATTRIBUTION_     extra command-line arguments for it         unset
+ARGS                   (shell words; the tests use it)
 GPUWS_CULLER           ``0`` to not run the idle culler            ``1``
 GPUWS_CULLER_PORT      the idle culler's port (loopback)           ``10103``
 GPUWS_CULLER_INTERVAL  its cycle in seconds                        ``300``
@@ -378,6 +380,7 @@ def _register_attribution_service() -> None:
     ]
     if os.environ.get("GPUWS_ATTRIBUTION_PROMETHEUS_URL"):
         command += ["--prometheus-url", os.environ["GPUWS_ATTRIBUTION_PROMETHEUS_URL"]]
+    command += shlex.split(os.environ.get("GPUWS_ATTRIBUTION_ARGS", ""))
     service = {
         "name": name,
         "url": f"http://127.0.0.1:{port}",

@@ -187,10 +187,24 @@ def _base_env() -> dict[str, str]:
 class Devcluster:
     """``gpuworkspace-devcluster up --state-dir DIR`` and its admin endpoints."""
 
-    def __init__(self, state_dir: Path, log_dir: Path) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        log_dir: Path,
+        *,
+        rbac: bool = False,
+        service_accounts: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """``rbac``: authorize requests with the stored RBAC objects (``up --rbac``; the admin kubeconfig
+        stays ``system:masters``). ``service_accounts``: ``(namespace, name)`` pairs that get a bearer
+        token; after :meth:`start`, :meth:`service_account_kubeconfig` is a kubeconfig authenticating
+        as ``system:serviceaccount:<namespace>:<name>``."""
         self.state_dir = state_dir.resolve()
         self.kubeconfig = self.state_dir / "kubeconfig"
+        self.service_accounts = service_accounts
         argv = [str(BIN / "gpuworkspace-devcluster"), "up", "--state-dir", str(self.state_dir)]
+        if rbac:
+            argv.append("--rbac")
         self.proc = Proc("devcluster", argv, log_dir / "devcluster.log", _base_env())
         self.url = ""
         self._token = ""
@@ -199,11 +213,45 @@ class Devcluster:
     def start(self, timeout_s: float = 60) -> Devcluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig.unlink(missing_ok=True)  # rewritten once the API answers
+        tokens = self._add_service_account_tokens()
         self.proc.start()
         wait_for(self.kubeconfig.exists, timeout_s, "the devcluster's kubeconfig", self.proc)
         wait_for(self._load_kubeconfig, 10, "a complete kubeconfig", self.proc)
         wait_for(lambda: self.get("/version")[0] == 200, timeout_s, "the devcluster API", self.proc)
+        for (namespace, name), token in tokens.items():
+            self._write_service_account_kubeconfig(namespace, name, token)
         return self
+
+    def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
+        """The kubeconfig of a ServiceAccount named in ``service_accounts`` (written by :meth:`start`)."""
+        return self.state_dir / f"kubeconfig-{namespace}-{name}"
+
+    def _add_service_account_tokens(self) -> dict[tuple[str, str], str]:
+        """A token per ServiceAccount in the devcluster's token file, which it reads when it starts
+        (like ``--token-auth-file``); ServiceAccount users get their groups from the user name."""
+        if not self.service_accounts:
+            return {}
+        path = self.state_dir / "tokens.json"
+        known = json.loads(path.read_text()) if path.exists() else {}
+        users = {entry["user"]: token for token, entry in known.items()}
+        tokens = {}
+        for namespace, name in self.service_accounts:
+            user = f"system:serviceaccount:{namespace}:{name}"
+            tokens[(namespace, name)] = users.get(user) or secrets.token_urlsafe(24)
+            known[tokens[(namespace, name)]] = {"user": user, "groups": []}
+        path.write_text(json.dumps(known))
+        path.chmod(0o600)
+        return tokens
+
+    def _write_service_account_kubeconfig(self, namespace: str, name: str, token: str) -> None:
+        """The admin kubeconfig (same server and CA) with the ServiceAccount's token as its user."""
+        doc = yaml.safe_load(self.kubeconfig.read_text())
+        user = f"system:serviceaccount:{namespace}:{name}"
+        doc["users"] = [{"name": user, "user": {"token": token}}]
+        doc["contexts"][0]["context"]["user"] = user
+        path = self.service_account_kubeconfig(namespace, name)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        path.chmod(0o600)
 
     def _load_kubeconfig(self) -> bool:
         doc = yaml.safe_load(self.kubeconfig.read_text())
