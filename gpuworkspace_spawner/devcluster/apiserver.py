@@ -52,6 +52,9 @@ class RequestRecord:
     query: str = ""
 
 
+CLIENT_CLOSED = 499  # the logged status of a request its client abandoned (nginx's convention)
+
+
 @dataclass
 class ApiServerConfig:
     authenticator: rbac.TokenAuthenticator | None = None  # None: anonymous admin (no auth)
@@ -97,17 +100,26 @@ class ApiServer:
             resp = await self._dispatch(request, record)
         except ApiError as exc:
             resp = self._error(exc)
-        except web.HTTPException:
+        except web.HTTPException as exc:
+            self._logged(record, exc.status, started)
+            raise
+        except asyncio.CancelledError:
+            # the client went away mid-request, typically ending a long watch by closing it: a real
+            # apiserver's audit log still records the request, so this log does too
+            self._logged(record, CLIENT_CLOSED, started)
             raise
         except Exception as exc:  # a bug in the emulator must still answer like an apiserver
             log.exception("devcluster: internal error on %s %s", request.method, request.path)
             resp = self._error(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
-        record.status = resp.status
+        self._logged(record, resp.status, started)
+        return resp
+
+    def _logged(self, record: RequestRecord, status: int, started: float) -> None:
+        record.status = status
         record.duration_s = time.monotonic() - started
         self.request_log.append(record)
         if len(self.request_log) > self.config.request_log_size:
             del self.request_log[: len(self.request_log) // 2]
-        return resp
 
     def _error(self, exc: ApiError) -> web.Response:
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None

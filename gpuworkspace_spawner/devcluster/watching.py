@@ -67,6 +67,9 @@ def _line(kind: str, obj: dict[str, Any]) -> bytes:
     return orjson.dumps({"type": kind, "object": obj}) + b"\n"
 
 
+DISCONNECT_CHECK_S = 1.0  # how soon a watch whose client went away ends
+
+
 class WatchStream:
     """Serves one watch request on an aiohttp StreamResponse."""
 
@@ -93,7 +96,7 @@ class WatchStream:
                     return resp
             if self.req.send_initial_events and self.req.bookmarks:
                 await resp.write(self._bookmark(initial_end=True))
-            await self._follow(resp, sub, matches)
+            await self._follow(resp, sub, matches, request)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -154,19 +157,32 @@ class WatchStream:
         return _line("BOOKMARK", obj)
 
     async def _follow(
-        self, resp: web.StreamResponse, sub: Any, matches: Callable[[Obj | None], bool]
+        self,
+        resp: web.StreamResponse,
+        sub: Any,
+        matches: Callable[[Obj | None], bool],
+        request: web.Request,
     ) -> None:
         deadline = time.monotonic() + self.req.timeout_s
+        next_bookmark = time.monotonic() + self.bookmark_interval_s
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 return
-            wait = min(left, self.bookmark_interval_s) if self.req.bookmarks else left
+            # A real apiserver ends a watch as soon as its client disconnects; aiohttp does not cancel
+            # the handler, so look at the connection at least every DISCONNECT_CHECK_S.
+            wait = min(
+                left, DISCONNECT_CHECK_S, max(0.0, next_bookmark - now) if self.req.bookmarks else left
+            )
             try:
                 event = await asyncio.wait_for(sub.queue.get(), wait)
             except TimeoutError:
-                if self.req.bookmarks and sub.queue.empty():
+                if request.transport is None or request.transport.is_closing():
+                    return
+                if self.req.bookmarks and sub.queue.empty() and time.monotonic() >= next_bookmark:
                     await resp.write(self._bookmark())
+                    next_bookmark = time.monotonic() + self.bookmark_interval_s
                 continue
             batch = [event]
             while not sub.queue.empty() and batch[-1] is not None:

@@ -19,7 +19,8 @@ async def collect(api: client.ApiClient, n: int, **kwargs) -> list[tuple[str, st
     core = client.CoreV1Api(api)
     out: list[tuple[str, str, str]] = []
     w = watch.Watch()
-    async with w.stream(core.list_namespaced_pod, NS, timeout_seconds=10, **kwargs) as stream:
+    kwargs.setdefault("timeout_seconds", 10)
+    async with w.stream(core.list_namespaced_pod, NS, **kwargs) as stream:
         async for event in stream:
             obj = event["raw_object"]
             out.append((event["type"], obj["metadata"].get("name", ""), obj["metadata"]["resourceVersion"]))
@@ -127,3 +128,24 @@ async def test_injected_watch_drop_then_resume_loses_nothing(
         seen += [n for _, n, _ in batch]
         rv = batch[-1][2]
     assert seen == [f"p{i}" for i in range(6)]
+
+
+async def test_a_watch_the_client_closes_is_still_logged(api: client.ApiClient, cluster: DevCluster) -> None:
+    """A real apiserver ends a watch as soon as its client disconnects (a hub that stops closes its long
+    watches), and its audit log records it: the request log does too, promptly, not at the timeout."""
+    await make_ns(api)
+    core = client.CoreV1Api(api)
+    rv = (await core.list_namespaced_pod(NS)).metadata.resource_version
+    # never gets 5 events; its timeout (300 s) is far away
+    watcher = asyncio.create_task(collect(api, 5, resource_version=rv, timeout_seconds=300))
+    await asyncio.sleep(0.3)
+    assert not [r for r in cluster.api.request_log if r.verb == "watch"]  # logged when it ends
+    watcher.cancel()  # the client goes away mid-watch
+    await asyncio.gather(watcher, return_exceptions=True)
+    for _ in range(150):  # within 3 s
+        closed = [r for r in cluster.api.request_log if r.verb == "watch" and r.resource == "pods"]
+        if closed:
+            break
+        await asyncio.sleep(0.02)
+    assert closed and closed[-1].status in (200, 499) and closed[-1].namespace == NS, closed
+    assert closed[-1].duration_s < 5

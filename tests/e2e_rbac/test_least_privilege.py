@@ -13,7 +13,7 @@
 
 Rules and verbs the run does not use are strict xfails naming why (``NOT_USED``, ``GRANTS_NOT_USED``):
 z2jh's hub Role (unused: nothing runs in jhub), and what the devcluster cannot show (kubelet
-``nodes/metrics`` authorization, CDI's ``datavolumes/source`` clone check, some watches). Not applied:
+``nodes/metrics`` authorization, CDI's ``datavolumes/source`` clone check). Not applied:
 the agent's DaemonSet (the devcluster serves no apps/v1).
 """
 
@@ -197,20 +197,12 @@ NOT_USED: dict[str, str] = {
         "z2jh's hub Role: events in jhub; the event reflector and audit events are in gpu-workspaces"
     ),
 }
-WATCH_NOT_LOGGED = (
-    "vmruntime's CustomReflector watches never appear in the devcluster's request log (a request is "
-    "logged when it ends; KubeSpawner's reflectors' watches do appear once the hub stops, these do not)"
-)
 # Verbs of used rules that no request of the run used, each with the path that needs it.
 GRANTS_NOT_USED: dict[tuple[str, str, str], str] = {
     ("get", "", "pods"): "KubeSpawner reads a pod only after a create answered 409 (a pod left over "
     "with the same name); the run never collides",
     ("update", "kubevirt.io", "virtualmachines"): "vmruntime._ensure_vm replaces a VM to rebuild one "
     "that lost its root disk; not driven here (tests/e2e/test_vm_workspace.py drives it as admin)",
-    ("watch", "kubevirt.io", "virtualmachines"): WATCH_NOT_LOGGED,
-    ("watch", "kubevirt.io", "virtualmachineinstances"): WATCH_NOT_LOGGED,
-    ("watch", "snapshot.storage.k8s.io", "volumesnapshots"): "storage.wait_for_snapshot watches only "
-    "when its first read finds the snapshot not ready; the simulated CSI had it ready at once",
 }
 
 
