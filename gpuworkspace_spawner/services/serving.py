@@ -12,6 +12,12 @@ from urllib.parse import urlparse
 from tornado import web
 
 
+def hub_prefix(hub_auth: Any) -> str:
+    """The hub's URL prefix (``/hub/``) as the service's HubAuth knows it, with a trailing slash."""
+    prefix = getattr(hub_auth, "hub_prefix", "") or "/hub/"
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
 class ServiceError(Exception):
     """A refusal the caller should read: answered as ``{"status": status, "message": message}``."""
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jupyterhub.services.auth import check_scopes
-
 from ..disks.access import is_admin, may_read
 
 USER_SERIES = "user:"
@@ -25,7 +23,6 @@ PUBLIC_SERIES = ("cluster:", "node:")
 __all__ = [
     "filter_series",
     "is_admin",
-    "lists_everyone",
     "may_read_series",
     "may_read_user",
     "series_user",
@@ -37,12 +34,6 @@ __all__ = [
 def may_read_user(model: Mapping[str, Any], user: str, *, service: str) -> bool:
     """Whether the caller may see ``user``'s workspaces (their detail, accounting and trends)."""
     return is_admin(model) or may_read(model, user, service=service)
-
-
-def lists_everyone(model: Mapping[str, Any]) -> bool:
-    """Whether the caller's workspace list holds every user's: admins, and tokens that may read all
-    servers (unfiltered ``read:servers``, e.g. the idle culler's)."""
-    return is_admin(model) or bool(check_scopes({"read:servers"}, set(model.get("scopes") or [])))
 
 
 def _caller(model: Mapping[str, Any]) -> str | None:

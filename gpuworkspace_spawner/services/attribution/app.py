@@ -24,7 +24,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ...k8s.observing import load_config
-from ..serving import listen_address, until_stopped
+from ..serving import hub_prefix, listen_address, until_stopped
 from .collector import Collector, hub_groups_from_env
 from .handlers import (
     SERVICE,
@@ -192,11 +192,6 @@ def _listen(args: argparse.Namespace) -> tuple[str, int]:
     return listen_address(args.listen, DEFAULT_PORT)
 
 
-def _hub_prefix(hub_auth: Any) -> str:
-    prefix = getattr(hub_auth, "hub_prefix", "") or ""
-    return prefix if prefix.endswith("/") else (prefix + "/" if prefix else "/hub/")
-
-
 async def serve(args: argparse.Namespace) -> int:
     await load_config()
     settings = settings_from(args)
@@ -217,7 +212,7 @@ async def serve(args: argparse.Namespace) -> int:
         hub_auth,
         prefix=prefix,
         service=os.environ.get("JUPYTERHUB_SERVICE_NAME") or SERVICE,
-        hub_prefix=_hub_prefix(hub_auth),
+        hub_prefix=hub_prefix(hub_auth),
         show_owners_to_all=not args.hide_owners,
         metrics_public=args.metrics_public,
         prometheus=source.prometheus,

@@ -10,16 +10,15 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Mapping
 from typing import Any
 
-from jupyterhub.services.auth import HubOAuth, check_scopes
+from jupyterhub.services.auth import HubOAuth
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 from tornado.httputil import url_concat
 
-from ..disks.access import may_read_metrics
+from ..disks.access import may_read_metrics, may_use_service, reads_every_server, who
 from ..serving import JsonErrors, ServiceError
 from . import access, dashboard
 from .aggregate import RANKINGS
@@ -91,7 +90,7 @@ class WorkspacesHandler(ApiHandler):
     def get(self) -> None:
         snap = self.snapshot()
         user = self.get_argument("user", None)
-        if user is None and access.lists_everyone(self.caller):
+        if user is None and reads_every_server(self.caller):
             self.reply(snap.workspaces_body)
             return
         user = user if user is not None else self.me()
@@ -99,7 +98,7 @@ class WorkspacesHandler(ApiHandler):
             self.reply(snap.empty_list())
             return
         if not self.may_read_user(user):
-            raise ServiceError(403, f"{access_who(self.caller)} may not see the workspaces of {user}")
+            raise ServiceError(403, f"{who(self.caller)} may not see the workspaces of {user}")
         self.reply(snap.workspaces_by_user.get(user) or snap.empty_list())
 
 
@@ -107,7 +106,7 @@ class WorkspaceHandler(ApiHandler):
     def get(self, user: str, server: str) -> None:
         snap = self.snapshot()
         if not self.may_read_user(user):
-            raise ServiceError(403, f"{access_who(self.caller)} may not see the workspaces of {user}")
+            raise ServiceError(403, f"{who(self.caller)} may not see the workspaces of {user}")
         body = snap.detail.get((user, server_from_path(server)))
         if body is None:
             name = server_from_path(server) or "(default server)"
@@ -165,7 +164,7 @@ class TrendsHandler(ApiHandler):
             names.append(f"user:{self.me()}:gpu_util")
         denied = [n for n in names if not access.may_read_series(self.caller, n, service=self.state.service)]
         if denied:
-            raise ServiceError(403, f"{access_who(self.caller)} may not read {', '.join(denied)}")
+            raise ServiceError(403, f"{who(self.caller)} may not read {', '.join(denied)}")
         since = snap.at - window
         series: dict[str, list[list[float]]] = {}
         for name in names:
@@ -198,7 +197,7 @@ class MetricsHandler(ApiHandler):
         if not self.state.metrics_public:
             await super().prepare()
             if not may_read_metrics(self.caller):
-                raise ServiceError(403, f"{access_who(self.caller)} lacks the read:metrics scope")
+                raise ServiceError(403, f"{who(self.caller)} lacks the read:metrics scope")
 
     async def get(self) -> None:
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
@@ -217,9 +216,7 @@ class DashboardHandler(Base):
                 return
             raise web.HTTPError(403, "log in to the hub first")
         if not may_use_service(model, self.state.service):
-            raise web.HTTPError(
-                403, f"{access_who(model)} lacks access:services!service={self.state.service}"
-            )
+            raise web.HTTPError(403, f"{who(model)} lacks access:services!service={self.state.service}")
         self.caller = model
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
@@ -246,16 +243,6 @@ class DashboardHandler(Base):
         name = "fragment.html" if self.get_argument("fragment", "") else "page.html"
         self.set_header("Cache-Control", "no-store")
         self.finish(dashboard.render(self.state.templates, name, ctx))
-
-
-def may_use_service(model: Mapping[str, Any], service: str) -> bool:
-    """The browser page: the caller's token must grant access to this service (OAuth tokens do)."""
-    return bool(check_scopes({f"access:services!service={service}"}, set(model.get("scopes") or [])))
-
-
-def access_who(model: Mapping[str, Any]) -> str:
-    kind, name = model.get("kind", "user"), str(model.get("name", "?"))
-    return name if kind == "user" else f"{kind}:{name}"
 
 
 class State:

@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
+from ...manifests.names import ANN_CULL_EXEMPT
 from .model import Action, Decision, Kernel, Policy, Probe, Reason, Warning, Workspace
 
-EXEMPT_ANNOTATION = "gpuworkspace.dev/cull-exempt"  # manifests.names.ANN_CULL_EXEMPT
+EXEMPT_ANNOTATION = ANN_CULL_EXEMPT
 # A kernel no client ever connected to stays "starting" in jupyter_server 2.x; only this long after its
 # last activity is "starting" taken for a kernel coming up.
 STARTING_GRACE = timedelta(minutes=2)

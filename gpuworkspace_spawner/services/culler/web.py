@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, check_scopes
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httputil import url_concat
 
-from ..disks.access import is_admin, may_read, who
-from ..serving import JsonErrors, ServiceError
+from ..disks.access import may_read, may_use_service, reads_every_server, who
+from ..serving import JsonErrors, ServiceError, hub_prefix
 from .model import Action, Decision, Policy, Warning
 from .state import CullerState, CycleReport, Key
 
@@ -60,16 +60,14 @@ class Viewer:
     @property
     def everyone(self) -> bool:
         """An unfiltered ``admin:servers`` or ``read:servers``: every workspace."""
-        scopes = set(self.model.get("scopes") or [])
-        return is_admin(self.model) or bool(check_scopes({"read:servers"}, scopes))
+        return reads_every_server(self.model)
 
     def may_see(self, user: str) -> bool:
         return self.everyone or may_read(self.model, user, service=self.service)
 
     def may_open_page(self) -> bool:
         """This service's OAuth login, or a token that may read the caller's own servers or everyone's."""
-        scopes = set(self.model.get("scopes") or [])
-        if check_scopes({f"access:services!service={self.service}"}, scopes) or self.everyone:
+        if may_use_service(self.model, self.service) or self.everyone:
             return True
         return self.name is not None and may_read(self.model, self.name, service=self.service)
 
@@ -424,11 +422,6 @@ def _service_name(prefix: str) -> str:
     return parts[-1] if len(parts) >= 2 and parts[-2] == "services" else SERVICE  # noqa: PLR2004
 
 
-def _hub_prefix(hub_auth: Any) -> str:
-    prefix = getattr(hub_auth, "hub_prefix", "") or "/hub/"
-    return prefix if prefix.endswith("/") else prefix + "/"
-
-
 def make_app(
     state: CullerState,
     *,
@@ -442,7 +435,7 @@ def make_app(
         hub_auth=hub_auth,
         prefix=prefix,
         service=_service_name(prefix),
-        hub_prefix=_hub_prefix(hub_auth),
+        hub_prefix=hub_prefix(hub_auth),
         templates=environment(),
         clock=clock,
     )

@@ -37,6 +37,17 @@ def may_read(model: Mapping[str, Any], user: str, *, service: str) -> bool:
     return own and bool(check_scopes({f"access:services!service={service}"}, scopes))
 
 
+def reads_every_server(model: Mapping[str, Any]) -> bool:
+    """Admins, and tokens that may read every user's servers (unfiltered ``read:servers``, e.g. the idle
+    culler's): they see every workspace."""
+    return is_admin(model) or bool(check_scopes({"read:servers"}, _scopes(model)))
+
+
+def may_use_service(model: Mapping[str, Any], service: str) -> bool:
+    """A browser page of ``service``: the caller's token grants access to it (its OAuth tokens do)."""
+    return bool(check_scopes({f"access:services!service={service}"}, _scopes(model)))
+
+
 def may_read_metrics(model: Mapping[str, Any]) -> bool:
     return bool(check_scopes({"read:metrics"}, _scopes(model)))
 
