@@ -65,15 +65,6 @@ def build_workspace(server: RunningServer, reading: GpuReading | None) -> Worksp
     )
 
 
-def hold_stop_on_failed_probe(workspace: Workspace, decision: Decision) -> Decision:
-    """Fail closed: no idle stop on evidence the server itself could not confirm."""
-    probe = workspace.probe
-    if decision.action is Action.STOP and decision.reason is Reason.IDLE and probe and probe.error:
-        message = f"not stopped: the server did not answer ({probe.error}); {decision.message}"
-        return replace(decision, action=Action.KEEP, message=message)
-    return decision
-
-
 class Culler:
     """Runs cycles against the hub; ``clock`` is the only source of time (tests drive it)."""
 
@@ -105,7 +96,6 @@ class Culler:
         given = self.state.book.all()
         decisions = decide_all(workspaces, self.state.policy, given, now=now)
         by_key = {w.key: w for w in workspaces}
-        decisions = [hold_stop_on_failed_probe(by_key[d.key], d) for d in decisions]
         decisions = [await self._arbitrate(by_key[d.key], d, errors) for d in decisions]
         warned = sum(d.action is Action.WARN for d in decisions)
         stops = [d for d in decisions if d.action is Action.STOP]

@@ -23,6 +23,7 @@ Time is the ``now=`` parameter; the I/O shell (:mod:`.cycle`) keeps the warnings
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from ...manifests.names import ANN_CULL_EXEMPT
@@ -147,6 +148,19 @@ def _probe_evidence(
 
 def decide(workspace: Workspace, policy: Policy, warnings: Sequence[Warning], *, now: datetime) -> Decision:
     """What to do with one running server now, given the warnings already given to it."""
+    return hold_unconfirmed_idle_stop(workspace, _decide(workspace, policy, warnings, now=now))
+
+
+def hold_unconfirmed_idle_stop(workspace: Workspace, decision: Decision) -> Decision:
+    """Fail closed: no idle stop on evidence the server itself could not confirm (its probe failed)."""
+    probe = workspace.probe
+    if decision.action is Action.STOP and decision.reason is Reason.IDLE and probe and probe.error:
+        message = f"not stopped: the server did not answer ({probe.error}); {decision.message}"
+        return replace(decision, action=Action.KEEP, message=message)
+    return decision
+
+
+def _decide(workspace: Workspace, policy: Policy, warnings: Sequence[Warning], *, now: datetime) -> Decision:
     last, source = last_activity(workspace, policy, now=now)
     exempt = exemption(workspace, policy)
     if exempt is not None:

@@ -439,3 +439,13 @@ def test_durations_in_messages() -> None:
     ws = workspace(started=-45, kernels=BUSY)
     decision = decide(ws, replace(POLICY, max_duration=50 * MINUTE), (), now=NOW)
     assert decision.message.startswith("running 45 min, within the 50 min maximum")
+
+
+def test_an_idle_stop_is_held_while_the_server_does_not_answer() -> None:
+    """Fail closed: what the server said before still shows it idle, but it did not confirm it now."""
+    ws = workspace(status=-120, kernels=(kernel(-120),), probe_error="503 Service Unavailable")
+    given = (warned(0, -35, -5), warned(1, -10, -5))
+    held = decide(ws, POLICY, given, now=NOW)
+    assert held.action is Action.KEEP and "did not answer (503" in held.message
+    answered = decide(workspace(status=-120, kernels=(kernel(-120),)), POLICY, given, now=NOW)
+    assert answered.action is Action.STOP
