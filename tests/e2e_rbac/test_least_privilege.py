@@ -197,6 +197,11 @@ NOT_USED: dict[str, str] = {
         "z2jh's hub Role: events in jhub; the event reflector and audit events are in gpu-workspaces"
     ),
 }
+# Verbs the run uses only when timing makes the code need them.
+GRANTS_USED_BY_TIMING: dict[tuple[str, str, str], str] = {
+    ("watch", "snapshot.storage.k8s.io", "volumesnapshots"): "storage.wait_for_snapshot watches only "
+    "when its first read finds the snapshot not ready yet; the simulated CSI is usually faster",
+}
 # Verbs of used rules that no request of the run used, each with the path that needs it.
 GRANTS_NOT_USED: dict[tuple[str, str, str], str] = {
     ("get", "", "pods"): "KubeSpawner reads a pod only after a create answered 409 (a pod left over "
@@ -227,6 +232,8 @@ def _grant_params() -> list[Any]:
             marks = []
             if grant in GRANTS_NOT_USED:
                 marks = [pytest.mark.xfail(strict=True, reason=GRANTS_NOT_USED[grant])]
+            elif grant in GRANTS_USED_BY_TIMING:  # not strict: whether the run needs it is a race
+                marks = [pytest.mark.xfail(strict=False, reason=GRANTS_USED_BY_TIMING[grant])]
             params.append(pytest.param(rule, grant, id=f"{rule.id}:{grant[0]}", marks=marks))
     return params
 
