@@ -165,36 +165,57 @@ class WatchStream:
     ) -> None:
         deadline = time.monotonic() + self.req.timeout_s
         next_bookmark = time.monotonic() + self.bookmark_interval_s
-        while True:
-            now = time.monotonic()
-            left = deadline - now
-            if left <= 0:
-                return
-            # A real apiserver ends a watch as soon as its client disconnects; aiohttp does not cancel
-            # the handler, so look at the connection at least every DISCONNECT_CHECK_S.
-            wait = min(
-                left, DISCONNECT_CHECK_S, max(0.0, next_bookmark - now) if self.req.bookmarks else left
-            )
-            try:
-                event = await asyncio.wait_for(sub.queue.get(), wait)
-            except TimeoutError:
+        while (now := time.monotonic()) < deadline:
+            if self.req.bookmarks and now >= next_bookmark and sub.queue.empty():
+                await resp.write(self._bookmark())
+                next_bookmark = now + self.bookmark_interval_s
+                continue
+            until = min(deadline, next_bookmark) if self.req.bookmarks else deadline
+            event = await _next_event(sub.queue, until - now)
+            if event is _NOTHING_YET:
+                # A real apiserver ends a watch as soon as its client disconnects; aiohttp does not
+                # cancel the handler, so look at the connection at least every DISCONNECT_CHECK_S.
                 if request.transport is None or request.transport.is_closing():
                     return
-                if self.req.bookmarks and sub.queue.empty() and time.monotonic() >= next_bookmark:
-                    await resp.write(self._bookmark())
-                    next_bookmark = time.monotonic() + self.bookmark_interval_s
                 continue
-            batch = [event]
-            while not sub.queue.empty() and batch[-1] is not None:
-                batch.append(sub.queue.get_nowait())
-            lines = []
-            for item in batch:
-                if item is None:  # store closed, or this watcher fell too far behind
-                    break
-                kind = translate(item, matches)
-                if kind:
-                    lines.append(self._encode(kind, item.obj, item))
-            if lines and not await self._send_batch(resp, lines):
+            if not await self._deliver(resp, sub.queue, event, matches):
                 return
-            if batch[-1] is None:
-                return
+
+    async def _deliver(
+        self,
+        resp: web.StreamResponse,
+        queue: asyncio.Queue[WatchEvent | None],
+        event: WatchEvent | None,
+        matches: Callable[[Obj | None], bool],
+    ) -> bool:
+        """Send ``event`` and whatever else is queued in one write; False when the watch must end."""
+        batch = [event]
+        while not queue.empty() and batch[-1] is not None:
+            batch.append(queue.get_nowait())
+        lines = []
+        for item in batch:
+            if item is None:  # store closed, or this watcher fell too far behind
+                break
+            kind = translate(item, matches)
+            if kind:
+                lines.append(self._encode(kind, item.obj, item))
+        if lines and not await self._send_batch(resp, lines):
+            return False
+        return batch[-1] is not None
+
+
+_NOTHING_YET = object()
+
+
+async def _next_event(queue: asyncio.Queue[WatchEvent | None], wait_s: float) -> Any:
+    """The next queued item, or ``_NOTHING_YET`` after at most ``wait_s`` (and DISCONNECT_CHECK_S).
+
+    A queued item is taken without waiting: on Python 3.11 ``wait_for(queue.get(), 0)`` cancels the
+    get before it runs, so a loop that waits 0 s while a bookmark is due would never take the item.
+    """
+    if not queue.empty():
+        return queue.get_nowait()
+    try:
+        return await asyncio.wait_for(queue.get(), min(wait_s, DISCONNECT_CHECK_S))
+    except TimeoutError:
+        return _NOTHING_YET

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 
 import aiohttp
 from kubernetes_asyncio import client, watch
 
 from gpuworkspace_spawner.devcluster.cluster import DevCluster
 from gpuworkspace_spawner.devcluster.faults import FaultRule
+from gpuworkspace_spawner.devcluster.resources import find
+from gpuworkspace_spawner.devcluster.store import Store
+from gpuworkspace_spawner.devcluster.watching import WatchRequest, WatchStream
 
 from .test_api_verbs import NS, make_ns, pod
 
@@ -149,3 +153,31 @@ async def test_a_watch_the_client_closes_is_still_logged(api: client.ApiClient, 
         await asyncio.sleep(0.02)
     assert closed and closed[-1].status in (200, 499) and closed[-1].namespace == NS, closed
     assert closed[-1].duration_s < 5
+
+
+class _RecordingResponse:
+    def __init__(self) -> None:
+        self.lines: list[dict] = []
+
+    async def write(self, data: bytes) -> None:
+        self.lines += [json.loads(line) for line in data.splitlines()]
+        await asyncio.sleep(0)
+
+
+class _OpenRequest:
+    transport = SimpleNamespace(is_closing=lambda: False)
+
+
+async def test_an_event_queued_when_a_bookmark_is_due_is_still_delivered() -> None:
+    """Regression: an event that arrived just as a bookmark fell due was held back until the watch's
+    timeout (kubectl wait then timed out on a loaded machine); it must go out before the bookmark."""
+    store = Store()
+    pods = find("", "v1", "pods")
+    req = WatchRequest(pods, NS, None, None, "0", timeout_s=0.5, bookmarks=True, send_initial_events=None)
+    stream = WatchStream(store, req, bookmark_interval_s=0.0)  # a bookmark is due at every turn
+    sub = store.subscribe(pods)
+    store.put(pods, {"metadata": {"name": "p0", "namespace": NS}})
+    resp = _RecordingResponse()
+    await stream._follow(resp, sub, lambda obj: obj is not None, _OpenRequest())  # type: ignore[arg-type]
+    assert resp.lines[0]["type"] == "ADDED" and resp.lines[0]["object"]["metadata"]["name"] == "p0"
+    assert {line["type"] for line in resp.lines[1:]} == {"BOOKMARK"}
