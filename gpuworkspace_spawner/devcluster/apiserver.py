@@ -155,7 +155,8 @@ class ApiServer:
                 name=route.name or "",
             ),
         )
-        fault = self.faults.decide(verb, route.rt.plural, route.namespace or "")
+        agent = request.headers.get("User-Agent", "")
+        fault = self.faults.decide(verb, route.rt.plural, route.namespace or "", agent)
         if fault.latency_s:
             await asyncio.sleep(fault.latency_s)
         if fault.error is not None:
@@ -303,7 +304,9 @@ class ApiServer:
         if route.name and verb == "watch":  # legacy /watch/.../NAME
             fields = parse_field_selector(f"metadata.name={route.name}", rt)
         if verb == "watch":
-            wf = self.faults.decide_watch(rt.plural, route.namespace or "")
+            wf = self.faults.decide_watch(
+                rt.plural, route.namespace or "", request.headers.get("User-Agent", "")
+            )
             timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S)
             send_initial = q.get("sendInitialEvents")
             req = WatchRequest(

@@ -1,7 +1,8 @@
 """Seeded, reproducible fault injection for the devcluster API server.
 
-Rules match requests by ``verb``, ``resource`` and ``namespace`` (``fnmatch`` patterns; ``*`` also
-matches cluster-scoped requests) and inject errors, latency or watch disruptions. Every random draw
+Rules match requests by ``verb``, ``resource``, ``namespace`` and the client's ``user_agent``
+(``fnmatch`` patterns; ``*`` also matches cluster-scoped requests; a user-agent pattern aims faults at
+one client, e.g. ``OpenAPI-Generator*`` for kubernetes_asyncio, not kubectl) and inject errors, latency or watch disruptions. Every random draw
 comes from one ``random.Random(seed)``, so the same seed, rules and request sequence give the same
 faults. A rule with ``count`` applies at most that many times (each request or watch it changes).
 """
@@ -25,6 +26,7 @@ class FaultRule:
     verb: str = "*"
     resource: str = "*"  # plural, or "plural/subresource" (e.g. "pods/log")
     namespace: str = "*"
+    user_agent: str = "*"  # the request's User-Agent header
     error_rate: float = 0.0  # chance that a matching request fails with one of status_codes
     status_codes: tuple[int, ...] = (500, 429, 504)
     latency_s: float = 0.0  # added before a matching request is answered
@@ -34,7 +36,7 @@ class FaultRule:
     count: int | None = None  # apply at most this many times
 
     def __post_init__(self) -> None:
-        for key in ("verb", "resource", "namespace"):
+        for key in ("verb", "resource", "namespace", "user_agent"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ValueError(f"fault rule {key!r} must be a non-empty string pattern")
         for key in ("error_rate", "watch_drop_rate"):
@@ -58,11 +60,12 @@ class FaultRule:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise ValueError(f"fault rule {key!r} must be null or an integer >= {low}, got {value!r}")
 
-    def matches(self, verb: str, resource: str, namespace: str | None) -> bool:
+    def matches(self, verb: str, resource: str, namespace: str | None, user_agent: str = "") -> bool:
         return (
             fnmatchcase(verb, self.verb)
             and fnmatchcase(resource, self.resource)
             and fnmatchcase(namespace or "", self.namespace)
+            and fnmatchcase(user_agent, self.user_agent)
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,11 +161,13 @@ class FaultInjector:
         self.seed = self.seed if seed is None else seed
         self._rng = random.Random(self.seed)
 
-    def _active(self, verb: str, resource: str, namespace: str | None) -> list[tuple[int, FaultRule]]:
+    def _active(
+        self, verb: str, resource: str, namespace: str | None, user_agent: str
+    ) -> list[tuple[int, FaultRule]]:
         return [
             (rid, rule)
             for rid, rule in self._rules.items()
-            if self._remaining[rid] != 0 and rule.matches(verb, resource, namespace)
+            if self._remaining[rid] != 0 and rule.matches(verb, resource, namespace, user_agent)
         ]
 
     def _used(self, rule_id: int) -> None:
@@ -170,11 +175,13 @@ class FaultInjector:
         if left is not None:
             self._remaining[rule_id] = left - 1
 
-    def decide(self, verb: str, resource: str, namespace: str | None = None) -> FaultDecision:
+    def decide(
+        self, verb: str, resource: str, namespace: str | None = None, user_agent: str = ""
+    ) -> FaultDecision:
         """Error and latency for one request; the first matching rule that fires an error wins."""
         error: ApiError | None = None
         latency = 0.0
-        for rid, rule in self._active(verb, resource, namespace):
+        for rid, rule in self._active(verb, resource, namespace, user_agent):
             fired = False
             if error is None and rule.error_rate > 0 and self._rng.random() < rule.error_rate:
                 error, fired = injected_error(self._rng.choice(rule.status_codes)), True
@@ -184,11 +191,11 @@ class FaultInjector:
                 self._used(rid)
         return FaultDecision(error, latency)
 
-    def decide_watch(self, resource: str, namespace: str | None = None) -> WatchFault:
+    def decide_watch(self, resource: str, namespace: str | None = None, user_agent: str = "") -> WatchFault:
         """How a new watch on ``resource`` is disrupted: cut after N events and/or stalled at start."""
         drop: int | None = None
         stall = 0.0
-        for rid, rule in self._active("watch", resource, namespace):
+        for rid, rule in self._active("watch", resource, namespace, user_agent):
             candidates = [] if rule.watch_drop_after_events is None else [rule.watch_drop_after_events]
             if rule.watch_drop_rate > 0:  # events delivered before a per-event cut: geometric draw
                 p, u = rule.watch_drop_rate, self._rng.random()

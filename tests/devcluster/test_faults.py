@@ -84,6 +84,16 @@ def test_injected_errors_look_like_the_api_server(
         assert status["details"] == {"retryAfterSeconds": 1}
 
 
+def test_user_agent_pattern_aims_a_rule_at_one_client() -> None:
+    injector = FaultInjector(1)
+    injector.add(FaultRule(error_rate=1.0, user_agent="OpenAPI-Generator/*"))
+    hub = injector.decide("get", "pods", "ns", "OpenAPI-Generator/31.1.0/python")
+    kubectl = injector.decide("get", "pods", "ns", "kubectl/v1.32.4 (linux/amd64) kubernetes/59526cd")
+    assert hub.error is not None and kubectl.error is None
+    with pytest.raises(ValueError, match="'user_agent' must be a non-empty string"):
+        FaultRule(user_agent="")
+
+
 @pytest.mark.parametrize(
     ("rule", "request_", "hit"),
     [
@@ -168,6 +178,7 @@ def test_json_round_trip() -> None:
         "verb": "list",
         "resource": "pods",
         "namespace": "*",
+        "user_agent": "*",
         "error_rate": 0.5,
         "status_codes": [503],
         "latency_s": 0.0,

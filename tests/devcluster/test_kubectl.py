@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuworkspace_spawner.devcluster.faults import FaultRule
 from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
 from gpuworkspace_spawner.devcluster.validation import find_shared_schemas
 
@@ -295,3 +296,15 @@ def test_delete_namespace_and_explain(kubectl: Kubectl, ns: str) -> None:
     out = kubectl("delete", "namespace", ns, "--timeout=30s")
     assert f'namespace "{ns}" deleted' in out.stdout
     assert ns not in kubectl("get", "namespaces").stdout
+
+
+def test_faults_aimed_at_another_client_spare_kubectl(kubectl: Kubectl, bg: BackgroundCluster) -> None:
+    """A chaos run faults the product's client (kubernetes_asyncio) while its observer (kubectl) reads."""
+    assert bg.cluster is not None
+    bg.call(lambda: bg.cluster.faults.add(FaultRule(error_rate=1.0, user_agent="OpenAPI-Generator/*")))
+    assert kubectl("get", "nodes", check=False).returncode == 0
+    bg.call(
+        lambda: bg.cluster.faults.add(FaultRule(error_rate=1.0, status_codes=(500,), user_agent="kubectl/*"))
+    )
+    failed = kubectl("get", "nodes", check=False)
+    assert failed.returncode == 1 and "injected fault" in failed.stderr
