@@ -15,7 +15,7 @@ from kubespawner.clients import shared_client
 from kubespawner.reflector import ResourceReflector
 from traitlets import Unicode, default
 
-from .errors import Conflict, NotFound, api_errors
+from .errors import Conflict, NotFound, api_errors, retry_unavailable
 from .gateway import MERGE_PATCH, Api, Obj, _json
 from .observing import ObjectWatch
 
@@ -41,6 +41,7 @@ def custom_api() -> Any:
     return shared_client("CustomObjectsApi")
 
 
+@retry_unavailable
 async def create(api: Api, kind: Kind, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
     return await _json(
         api.create_namespaced_custom_object(
@@ -55,6 +56,7 @@ async def create(api: Api, kind: Kind, namespace: str, body: Obj, *, request_tim
     )
 
 
+@retry_unavailable
 async def replace(
     api: Api, kind: Kind, namespace: str, name: str, body: Obj, *, request_timeout: float
 ) -> Obj:
@@ -72,6 +74,7 @@ async def replace(
     )
 
 
+@retry_unavailable
 async def patch(api: Api, kind: Kind, namespace: str, name: str, body: Obj, *, request_timeout: float) -> Obj:
     """A JSON merge patch."""
     return await _json(
@@ -89,6 +92,7 @@ async def patch(api: Api, kind: Kind, namespace: str, name: str, body: Obj, *, r
     )
 
 
+@retry_unavailable
 async def delete(
     api: Api,
     kind: Kind,
@@ -114,6 +118,7 @@ async def delete(
     )
 
 
+@retry_unavailable
 async def delete_unconditionally(
     api: Api, kind: Kind, namespace: str, name: str, *, request_timeout: float
 ) -> None:
@@ -132,6 +137,7 @@ async def delete_unconditionally(
         )
 
 
+@retry_unavailable
 async def delete_core(namespace: str, kind: str, name: str, *, request_timeout: float) -> None:
     """Delete a namespaced core object by kind (``service``, ``secret``); absent is fine."""
     core = shared_client("CoreV1Api")
@@ -140,6 +146,7 @@ async def delete_core(namespace: str, kind: str, name: str, *, request_timeout: 
         await _json(method(name, namespace, _preload_content=False, _request_timeout=request_timeout))
 
 
+@retry_unavailable
 async def list_namespaced(
     api: Api, kind: Kind, namespace: str, *, label_selector: str = "", request_timeout: float
 ) -> list[Obj]:
@@ -161,6 +168,7 @@ async def list_namespaced(
     return list(listed.get("items") or [])
 
 
+@retry_unavailable
 async def list_cluster(api: Api, kind: Kind, *, request_timeout: float) -> list[Obj]:
     """A cluster-scoped kind's objects; an absent CRD (404) is an empty list."""
     try:
@@ -178,12 +186,14 @@ async def list_cluster(api: Api, kind: Kind, *, request_timeout: float) -> list[
     return list(listed.get("items") or [])
 
 
+@retry_unavailable
 async def list_nodes(*, request_timeout: float) -> dict[str, Obj]:
     core = shared_client("CoreV1Api")
     listed = await _json(core.list_node(_preload_content=False, _request_timeout=request_timeout))
     return {n["metadata"]["name"]: n for n in listed.get("items") or []}
 
 
+@retry_unavailable
 async def list_all_pods(namespace: str, *, request_timeout: float) -> list[Obj]:
     core = shared_client("CoreV1Api")
     listed = await _json(
@@ -192,6 +202,7 @@ async def list_all_pods(namespace: str, *, request_timeout: float) -> list[Obj]:
     return list(listed.get("items") or [])
 
 
+@retry_unavailable
 async def read_service(namespace: str, name: str, *, request_timeout: float) -> Obj:
     core = shared_client("CoreV1Api")
     return await _json(
@@ -201,6 +212,7 @@ async def read_service(namespace: str, name: str, *, request_timeout: float) -> 
     )
 
 
+@retry_unavailable
 async def create_service(namespace: str, body: Obj, *, request_timeout: float) -> Obj:
     core = shared_client("CoreV1Api")
     return await _json(
@@ -210,6 +222,7 @@ async def create_service(namespace: str, body: Obj, *, request_timeout: float) -
     )
 
 
+@retry_unavailable
 async def put_secret(
     namespace: str, body: Obj, *, request_timeout: float, create_first: bool = False
 ) -> None:

@@ -6,9 +6,13 @@ Callers above the gateway catch these, never the client library's exceptions (li
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -86,3 +90,31 @@ def as_kubernetes_error(exc: BaseException) -> KubernetesError | None:
     if isinstance(exc, ApiException):
         return map_api_exception(exc)
     return None
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+# Pauses before each repeat of a request the API server answered 429/5xx or did not answer: about 4 s
+# in all, so a brief overload or an apiserver restart costs a start a few seconds, not the start.
+RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)
+_log = logging.getLogger("gpuworkspace.k8s")
+
+
+def retry_unavailable(call: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Repeat ``call`` after :class:`Unavailable` (429, 5xx, no answer), as client-go does for 429.
+
+    Only for requests that are safe to repeat: reads, patches, deletes, and creates whose callers
+    take ``Conflict`` (the first attempt landed after all) as "it exists".
+    """
+
+    @functools.wraps(call)
+    async def repeating(*args: P.args, **kwargs: P.kwargs) -> T:
+        for delay in RETRY_DELAYS_S:
+            try:
+                return await call(*args, **kwargs)
+            except Unavailable as exc:
+                _log.info("%s: %s; again in %.1f s", call.__name__, exc, delay)
+                await asyncio.sleep(delay)
+        return await call(*args, **kwargs)
+
+    return repeating

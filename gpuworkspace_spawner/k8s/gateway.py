@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes_asyncio import client, config, watch
 
-from .errors import api_errors, error_for_status
+from .errors import api_errors, error_for_status, retry_unavailable
 
 Obj = dict[str, Any]
 # kubernetes_asyncio.client.CoreV1Api: its annotations want model objects as bodies, we send API dicts.
@@ -51,6 +51,7 @@ async def _json(coro: Any) -> Obj:
     return result
 
 
+@retry_unavailable
 async def create_pvc(api: Api, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
     return await _json(
         api.create_namespaced_persistent_volume_claim(
@@ -59,6 +60,7 @@ async def create_pvc(api: Api, namespace: str, body: Obj, *, request_timeout: fl
     )
 
 
+@retry_unavailable
 async def read_pvc(api: Api, namespace: str, name: str, *, request_timeout: float) -> Obj:
     return await _json(
         api.read_namespaced_persistent_volume_claim(
@@ -67,6 +69,7 @@ async def read_pvc(api: Api, namespace: str, name: str, *, request_timeout: floa
     )
 
 
+@retry_unavailable
 async def patch_pvc(api: Api, namespace: str, name: str, patch: Obj, *, request_timeout: float) -> Obj:
     """A JSON merge patch (``null`` removes a label or annotation)."""
     return await _json(
@@ -81,6 +84,7 @@ async def patch_pvc(api: Api, namespace: str, name: str, patch: Obj, *, request_
     )
 
 
+@retry_unavailable
 async def list_pvcs(api: Api, namespace: str, label_selector: str, *, request_timeout: float) -> Obj:
     return await _json(
         api.list_namespaced_persistent_volume_claim(
@@ -89,6 +93,7 @@ async def list_pvcs(api: Api, namespace: str, label_selector: str, *, request_ti
     )
 
 
+@retry_unavailable
 async def list_pods(api: Api, namespace: str, label_selector: str, *, request_timeout: float) -> Obj:
     return await _json(
         api.list_namespaced_pod(
@@ -97,6 +102,7 @@ async def list_pods(api: Api, namespace: str, label_selector: str, *, request_ti
     )
 
 
+@retry_unavailable
 async def delete_pvc(
     api: Api,
     namespace: str,
@@ -115,6 +121,7 @@ async def delete_pvc(
     )
 
 
+@retry_unavailable
 async def delete_pod(api: Api, namespace: str, name: str, *, grace_s: int, request_timeout: float) -> Obj:
     return await _json(
         api.delete_namespaced_pod(
@@ -127,6 +134,7 @@ async def delete_pod(api: Api, namespace: str, name: str, *, grace_s: int, reque
     )
 
 
+@retry_unavailable
 async def create_event(api: Api, namespace: str, event: Obj, *, request_timeout: float) -> Obj:
     return await _json(
         api.create_namespaced_event(

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner.reflector import ResourceReflector
 from traitlets import default
+
+from . import errors
 
 
 class ClaimReflector(ResourceReflector):
@@ -26,6 +32,38 @@ class ClaimReflector(ResourceReflector):
     def _default_restart_seconds(self) -> int:
         return 300
 
+    @default("request_timeout")  # the client's read timeout: longer than the watch, or it fires first
+    def _default_request_timeout(self) -> int:
+        return 330
+
     @property
     def claims(self) -> dict[str, dict[str, object]]:
         return self.resources
+
+
+_RETRYING: dict[type[ResourceReflector], type[ResourceReflector]] = {}
+
+
+def retrying(reflector_class: type[ResourceReflector]) -> type[ResourceReflector]:
+    """``reflector_class`` whose lists are repeated after 429/5xx (as the gateway's requests are).
+
+    KubeSpawner fails a reflector whose first list gets an error, and with it the spawn that started
+    it (or, with one namespace, exits the hub): one 429 must not cost a start, let alone the hub.
+    """
+    if reflector_class not in _RETRYING:
+
+        class Retrying(reflector_class):
+            async def _list_and_update(self, *args: Any, **kwargs: Any) -> Any:
+                for delay in errors.RETRY_DELAYS_S:
+                    try:
+                        return await super()._list_and_update(*args, **kwargs)
+                    except ApiException as exc:
+                        if not isinstance(errors.map_api_exception(exc), errors.Unavailable):
+                            raise
+                        self.log.info("Listing %s: %s; again in %.1f s", self.kind, exc.status, delay)
+                        await asyncio.sleep(delay)
+                return await super()._list_and_update(*args, **kwargs)
+
+        Retrying.__name__ = Retrying.__qualname__ = f"Retrying{reflector_class.__name__}"
+        _RETRYING[reflector_class] = Retrying
+    return _RETRYING[reflector_class]

@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 
 from . import custom
-from .errors import KubernetesError, NotFound, api_errors
+from .errors import KubernetesError, NotFound, api_errors, retry_unavailable
 from .gateway import Api, Obj, _json
 
 SNAPSHOTS = ("snapshot.storage.k8s.io", "v1", "volumesnapshots")
@@ -34,6 +34,7 @@ def storage_api(api: Api) -> Any:
 
 
 # ------------------------------------------------------------------------------ VolumeSnapshots
+# Not repeated after a 5xx: a first try that landed would then read as "already exists".
 async def create_snapshot(api: Api, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
     group, version, plural = SNAPSHOTS
     return await _json(
@@ -43,6 +44,7 @@ async def create_snapshot(api: Api, namespace: str, body: Obj, *, request_timeou
     )
 
 
+@retry_unavailable
 async def read_snapshot(api: Api, namespace: str, name: str, *, request_timeout: float) -> Obj:
     group, version, plural = SNAPSHOTS
     return await _json(
@@ -52,6 +54,7 @@ async def read_snapshot(api: Api, namespace: str, name: str, *, request_timeout:
     )
 
 
+@retry_unavailable
 async def list_snapshots(api: Api, namespace: str, label_selector: str, *, request_timeout: float) -> Obj:
     group, version, plural = SNAPSHOTS
     return await _json(
@@ -68,11 +71,13 @@ async def list_snapshots(api: Api, namespace: str, label_selector: str, *, reque
 
 
 # ------------------------------------------------------------------------------ other reads
+@retry_unavailable
 async def list_vmis(api: Api, namespace: str, *, request_timeout: float) -> list[Obj]:
     """KubeVirt VMIs in ``namespace``; an empty list where KubeVirt is not installed (404)."""
     return await list_custom(api, namespace, VMIS, request_timeout=request_timeout)
 
 
+@retry_unavailable
 async def list_custom(
     api: Api, namespace: str, kind: tuple[str, str, str], *, request_timeout: float
 ) -> list[Obj]:
@@ -82,12 +87,14 @@ async def list_custom(
     )
 
 
+@retry_unavailable
 async def read_storage_class(api: Api, name: str, *, request_timeout: float) -> Obj:
     return await _json(
         storage_api(api).read_storage_class(name, _preload_content=False, _request_timeout=request_timeout)
     )
 
 
+@retry_unavailable
 async def list_nodes(api: Api, *, request_timeout: float) -> list[Obj]:
     listed = await _json(api.list_node(_preload_content=False, _request_timeout=request_timeout))
     return list(listed.get("items") or [])
