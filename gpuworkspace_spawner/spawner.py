@@ -16,8 +16,10 @@ import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner import KubeSpawner
 from prometheus_client import Counter
+from sqlalchemy.orm import object_session
 from traitlets import Enum, Float, Unicode, default
 
 from .audit import Action, AuditRecord, build_audit_event, log_audit
@@ -33,8 +35,8 @@ from .catalog import (
 from .compat import SpawnException
 from .k8s import Conflict, Forbidden, KubernetesError, NotFound, Unavailable, custom, gateway
 from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VIRTUAL_MACHINES, VM_INSTANCES, ClusterWatch
-from .k8s.errors import as_kubernetes_error
-from .k8s.reflectors import ClaimReflector
+from .k8s.errors import as_kubernetes_error, map_api_exception
+from .k8s.reflectors import ClaimReflector, retrying
 from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
 from .lifecycle.retention import decide_home_disk, retain_until
@@ -230,7 +232,56 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         return str(self.workspace_state.get("runtime", "container"))
 
     async def _start(self) -> Any:
+        try:
+            return await self._start_workspace()
+        except Exception as exc:
+            error = as_kubernetes_error(exc)
+            if error is None or isinstance(exc, SpawnException):
+                raise
+            # Not a 500 "Unhandled error" with a client traceback: what failed, and that nothing is lost.
+            message = (
+                f"The Kubernetes API failed while starting your workspace ({error}). Your disk is "
+                "kept and nothing was lost; try again in a minute."
+            )
+            raise SpawnException(message, reason="api", status_code=503) from exc
+
+    async def _start_reflector(
+        self, kind: str, reflector_class: Any, replace: bool = False, **kwargs: Any
+    ) -> Any:
+        """KubeSpawner's, with reflectors whose lists are repeated after 429/5xx (see ``retrying``)."""
+        return await super()._start_reflector(
+            kind=kind, reflector_class=retrying(reflector_class), replace=replace, **kwargs
+        )
+
+    async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
+        """KubeSpawner's pod creation, repeated (by its backoff) after 429/5xx instead of failing."""
+        try:
+            return bool(await super()._make_create_pod_request(pod, request_timeout))
+        except ApiException as exc:
+            if not isinstance(map_api_exception(exc), Unavailable):
+                raise
+            self.log.warning("Creating pod %s: the API answered %s; trying again", self.pod_name, exc.status)
+            return False
+
+    async def _make_delete_pod_request(
+        self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
+    ) -> bool:
+        """KubeSpawner's pod deletion, repeated after 429/5xx: a stop must not leave the pod running."""
+        try:
+            return bool(
+                await super()._make_delete_pod_request(
+                    pod_name, delete_options, grace_seconds, request_timeout
+                )
+            )
+        except ApiException as exc:
+            if not isinstance(map_api_exception(exc), Unavailable):
+                raise
+            self.log.warning("Deleting pod %s: the API answered %s; trying again", pod_name, exc.status)
+            return False
+
+    async def _start_workspace(self) -> Any:
         await self.load_user_options()
+        self._save_state_now()
         if self.runtime == "vm":
             return await self._start_vm_audited()
         await self._start_watching_pods()
@@ -614,6 +665,15 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         elif self.workspace_state:
             state["gpuworkspace"] = dict(self.workspace_state)
         return state
+
+    def _save_state_now(self) -> None:
+        """Store the state (runtime, names) at the start of a start, not only after it as JupyterHub does:
+        a hub restarted mid-start then polls the pod or VM this start creates, and adopts or stops it,
+        instead of forgetting a workload that goes on to run (an orphan holding GPUs and the disk)."""
+        session = object_session(self.orm_spawner) if self.orm_spawner is not None else None
+        if session is not None:
+            self.orm_spawner.state = self.get_state()
+            session.commit()
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)

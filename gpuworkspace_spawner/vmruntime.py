@@ -35,6 +35,21 @@ NOTEBOOK_PORT = 8888
 _LIVE_VMI_PHASES = ("Pending", "Scheduling", "Scheduled", "Running")
 
 
+def vm_poll_status(vm: dict[str, Any] | None, vmi: dict[str, Any] | None) -> int | None:
+    """``Spawner.poll``'s answer for a VM workspace: None while it runs or is meant to run, else 1.
+
+    A VM whose ``runStrategy`` is ``Always`` counts even before its VMI exists or while KubeVirt
+    restarts it: a start the hub lost in a restart must not read as stopped, or the hub forgets a VM
+    that goes on to boot (an orphan holding its GPUs) instead of stopping it.
+    """
+    meant_to_run = vm is not None and (vm.get("spec") or {}).get("runStrategy") == "Always"
+    if meant_to_run and vm is not None and not vm["metadata"].get("deletionTimestamp"):
+        return None
+    if vmi is None or vmi["metadata"].get("deletionTimestamp"):
+        return 1
+    return None if (vmi.get("status") or {}).get("phase", "Pending") in _LIVE_VMI_PHASES else 1
+
+
 class VMRuntime:
     """Mixed into GPUWorkspaceSpawner; uses its traits, ``_context()``, ``_audit()`` and fencing check."""
 
@@ -271,7 +286,4 @@ class VMRuntime:
 
     async def _poll_vm(self, names: VmNames) -> int | None:
         await self._start_vm_watchers()
-        vmi = self._cached("vmis", names.vm)
-        if vmi is None or vmi["metadata"].get("deletionTimestamp"):
-            return 1
-        return None if (vmi.get("status") or {}).get("phase", "Pending") in _LIVE_VMI_PHASES else 1
+        return vm_poll_status(self._cached("vms", names.vm), self._cached("vmis", names.vm))

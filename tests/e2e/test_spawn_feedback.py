@@ -248,3 +248,29 @@ def test_full_shared_gpus_name_who_holds_them(stack: HubStack) -> None:
             wait_for(
                 lambda: stack.hub.server("latecomer", "x") is None, 60, "the failed server to be cleaned up"
             )
+
+
+def _fault(stack: HubStack, rules: list[dict[str, Any]]) -> None:
+    status, body = stack.devcluster.control("/_devcluster/faults", {"seed": 8, "rules": rules}, "PUT")
+    assert status == 200, body
+
+
+def test_api_errors_are_retried_and_a_persistent_one_is_named(stack: HubStack) -> None:
+    """A few 500/429 answers cost a start a moment, not the start; an API that keeps failing gives the
+    user a reason (503, "the Kubernetes API failed ... nothing was lost"), not "Unhandled error"."""
+    user = "flaky-api"
+    ensure_user(stack, user)
+    rule = {"verb": "create", "resource": "persistentvolumeclaims", "error_rate": 1.0}
+    rule |= {"status_codes": [500, 429], "user_agent": "OpenAPI-Generator*"}
+    try:
+        _fault(stack, [rule | {"count": 3}])
+        assert stack.hub.start_server(user, "ok", {"profile": "cpu-small"}) in (201, 202)
+        stack.hub.wait_ready(user, "ok")
+        stack.hub.stop_server(user, "ok")
+
+        _fault(stack, [rule | {"count": 50}])
+        message = failed_start(stack, user, "down", "cpu-small")
+    finally:
+        stack.devcluster.control("/_devcluster/faults", None, "DELETE")
+    assert "The Kubernetes API failed while starting your workspace" in message, message
+    assert "nothing was lost" in message
