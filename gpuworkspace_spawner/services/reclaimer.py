@@ -212,7 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="report what would be deleted; delete nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return asyncio.run(run(args.namespace, once=args.once, dry_run=args.dry_run))
+    try:
+        return asyncio.run(run(args.namespace, once=args.once, dry_run=args.dry_run))
+    except KeyboardInterrupt:  # JupyterHub stops its managed services with SIGINT
+        return 0
 
 
 if __name__ == "__main__":

@@ -207,6 +207,11 @@ class MetricsHandler(ApiHandler):
 class DashboardHandler(Base):
     """The HTML page (browser login through the hub's OAuth); ``?fragment=1`` is its content alone."""
 
+    def check_xsrf_cookie(self) -> None:
+        """No xsrf token for these read-only GETs: the page's 15-second refresh is a ``fetch`` without
+        one, and JupyterHub would then ignore the login cookie and send every refresh round the OAuth
+        login (the page never refreshed). Other sites cannot read the answer (no CORS headers)."""
+
     async def prepare(self) -> None:
         model = await self.hub_auth.get_user(self, sync=False)
         if not model:
