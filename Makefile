@@ -11,6 +11,10 @@ STATE_DIR ?= .state/devcluster
 
 # Wall-clock budget for the whole pytest run (CI allows 90 minutes for all of .ci/run).
 TEST_BUDGET_S ?= 3000
+# The chaos soak (tests/soak): bounded in `make test`, long in `make soak`.
+TEST_SOAK_OPS ?= 200
+SOAK_OPS ?= 1000
+SOAK_SEED ?= 1
 PYTEST_ARGS ?=
 
 # Modules type-checked strictly (setup.cfg [mypy-...] sections); only those that exist are passed.
@@ -23,11 +27,12 @@ MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)
 
 BENCHMARKS := $(sort $(wildcard tests/benchmarks/bench_*.py))
 
-.PHONY: help venv test lint bench docs demo clean
+.PHONY: help venv test soak lint bench docs demo clean
 
 help:
 	@echo "make demo   set everything up, then start devcluster + mock OIDC + JupyterHub on :8000"
 	@echo "make test   set everything up, lint, then run the test suite (what CI runs via .ci/run)"
+	@echo "make soak   the chaos soak at SOAK_OPS=1000 operations (make test runs it at 200)"
 	@echo "make lint   ruff check, ruff format --check, import-linter contracts, mypy on the pure core"
 	@echo "make bench  run every tests/benchmarks/bench_*.py, then print one Markdown table of them all"
 	@echo "make docs   build the Sphinx docs into docs/_build/html (warnings are errors)"
@@ -45,7 +50,13 @@ lint: venv
 
 test: lint
 	timeout --signal=INT --kill-after=60 $(TEST_BUDGET_S) \
-		$(BIN)/pytest -p no:cacheprovider -q -m "not soak and not bench" --durations=10 $(PYTEST_ARGS) tests/
+		env GPUWS_SOAK_OPS=$(TEST_SOAK_OPS) GPUWS_SOAK_SEED=$(SOAK_SEED) \
+		$(BIN)/pytest -p no:cacheprovider -q -m "not bench" --durations=10 $(PYTEST_ARGS) tests/
+
+# Prints the counts (operations, faults, failed spawns and their reasons, disks, attachments, orphans).
+soak: venv
+	env GPUWS_SOAK_OPS=$(SOAK_OPS) GPUWS_SOAK_SEED=$(SOAK_SEED) \
+		$(BIN)/pytest -p no:cacheprovider -q -s -m soak $(PYTEST_ARGS) tests/soak
 
 # Every benchmark prints its own table and appends its headline rows to $GPUWS_BENCH_ROWS; then
 # tests/benchmarks/report.py prints them as one Markdown table (docs/reference/benchmarks.md).
