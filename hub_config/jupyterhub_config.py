@@ -448,6 +448,9 @@ def _register_culler_service() -> None:
         c.JupyterHub.bind_url,
         "--interval",
         _env("GPUWS_CULLER_INTERVAL", "300"),
+        # each profile's session.idleTimeout / maxDuration, as its spawn-form card promises
+        "--catalog",
+        str(CATALOG),
     ]
     attribution = _service_url("gpuworkspace-attribution")
     if attribution:  # GPU utilisation and idle-allocated GPU time come from the attribution service

@@ -28,6 +28,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, Set, TraitError, Unicode, default, validate
 from traitlets.config import Application
 
+from ...catalog import CatalogSource
 from ..serving import listen_address, until_stopped
 from .cycle import SERVICE, ArbiterHook, Culler, Options
 from .gpusource import GpuSource
@@ -109,9 +110,11 @@ class CullerApp(Application):
         "proxy-url": "CullerApp.proxy_url",
         "attribution-url": "CullerApp.attribution_url",
         "config": "CullerApp.config_file",
+        "catalog": "CullerApp.catalog",
         "listen": "CullerApp.listen",
         "log-level": "Application.log_level",
     }
+    _catalog_source: CatalogSource | None = None  # follows the catalog's files once `catalog` is read
     flags = {  # noqa: RUF012
         "dry-run": ({"CullerApp": {"dry_run": True}}, "decide and report only: no warning, no stop"),
         "once": ({"CullerApp": {"once": True}}, "run one cycle, print a JSON summary, exit"),
@@ -135,6 +138,12 @@ class CullerApp(Application):
     max_duration_by_profile = Dict(value_trait=Float(), help="Longest session per profile slug.").tag(
         config=True
     )
+    catalog = Unicode(
+        "",
+        help="The WorkspaceProfile catalog (file or directory). Each profile's session.idleTimeout and "
+        "session.maxDuration (what the spawn form promises) apply unless idle_timeout_by_profile or "
+        "max_duration_by_profile name the profile; re-read every cycle, a bad change keeps the last good.",
+    ).tag(config=True)
     warn_before = LeadTimes(
         Float(),
         default_value=[1800.0, 300.0],
@@ -264,18 +273,32 @@ class CullerApp(Application):
             raise TraitError(f"CullerApp.config_file: no file {self.config_file!r}")
 
     def policy(self) -> Policy:
+        idle, longest = self._catalog_sessions()
         return Policy(
             idle_timeout=self.idle_timeout,
             idle_timeout_by_gpu_mode=dict(self.idle_timeout_by_gpu_mode),
-            idle_timeout_by_profile=dict(self.idle_timeout_by_profile),
+            idle_timeout_by_profile=idle | dict(self.idle_timeout_by_profile),
             max_duration=self.max_duration,
-            max_duration_by_profile=dict(self.max_duration_by_profile),
+            max_duration_by_profile=longest | dict(self.max_duration_by_profile),
             warn_before=tuple(self.warn_before),
             gpu_busy_percent=self.gpu_busy_percent,
             exempt_users=frozenset(self.exempt_users),
             exempt_groups=frozenset(self.exempt_groups),
             exempt_profiles=frozenset(self.exempt_profiles),
         )
+
+    def _catalog_sessions(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Per profile slug, the catalog's idle timeouts and longest sessions (empty without a catalog)."""
+        if not self.catalog:
+            return {}, {}
+        if self._catalog_source is None:
+            self._catalog_source = CatalogSource(
+                self.catalog, on_reload_error=lambda e: log.error("Invalid catalog change: %s", e)
+            )
+        profiles = self._catalog_source.current().profiles
+        idle = {p.slug: p.session.idle_timeout_s for p in profiles if p.session.idle_timeout_s is not None}
+        longest = {p.slug: p.session.max_duration_s for p in profiles if p.session.max_duration_s is not None}
+        return idle, longest
 
     def build(self, clock: Callable[[], datetime]) -> tuple[Culler, Http]:
         """The cycle and its HTTP client, from the traits and the service environment."""
@@ -325,7 +348,7 @@ class CullerApp(Application):
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or f"/services/{SERVICE}/"
         host, port = listen_address(self.listen, DEFAULT_PORT)
         server = make_app(culler.state, hub_auth=hub_auth, prefix=prefix).listen(port, host, xheaders=True)
-        loop = asyncio.create_task(run_forever(culler, self.interval))
+        loop = asyncio.create_task(run_forever(culler, self.interval, self.policy))
         mode = " (dry run)" if self.dry_run else ""
         log.info("%s on http://%s:%s%s, every %ss%s", SERVICE, host, port, prefix, self.interval, mode)
         try:
@@ -340,12 +363,15 @@ class CullerApp(Application):
         raise SystemExit(asyncio.run(self.run_once() if self.once else self.serve()))
 
 
-async def run_forever(culler: Culler, interval: float) -> None:
-    """A cycle every ``interval`` seconds from the start of the last; a slow cycle delays the next."""
+async def run_forever(culler: Culler, interval: float, policy: Callable[[], Policy] | None = None) -> None:
+    """A cycle every ``interval`` seconds from the start of the last; a slow cycle delays the next.
+    ``policy`` is asked before each cycle (the catalog's session settings may have changed)."""
     loop = asyncio.get_running_loop()
     while True:
         began = loop.time()
         try:
+            if policy is not None:
+                culler.state.policy = policy()
             await culler.run()
         except HttpError as e:
             log.error("cycle skipped: %s", e)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,8 @@ import pytest
 from gpuworkspace_spawner.services.culler.app import CullerApp, main
 
 from .fakes import TOKEN, FakeCluster
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def app_with(*argv: str) -> CullerApp:
@@ -38,6 +41,26 @@ def test_command_line_builds_the_policy(tmp_path: Path, monkeypatch: pytest.Monk
     assert (policy.idle_timeout, policy.warn_before, policy.max_duration) == (7200, (900, 60), 86400)
     assert policy.idle_timeout_by_gpu_mode == {"exclusive": 1800}
     assert policy.exempt_users == frozenset({"admin"}) and app.dry_run and not app.remove
+
+
+def test_the_catalogs_session_settings_apply_unless_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a profile's spawn-form card promises ("stops after 1h 30m idle") is what the culler does;
+    an explicit per-profile option wins, and a bad catalog change keeps the last good settings."""
+    monkeypatch.chdir(tmp_path)
+    catalog = tmp_path / "catalog"
+    shutil.copytree(REPO / "hub_config" / "catalog", catalog)
+    app = app_with(f"--catalog={catalog}", "--CullerApp.idle_timeout_by_profile=vm-workstation=60")
+    policy = app.policy()
+    assert policy.idle_timeout_by_profile["gpu-exclusive"] == 90 * 60  # session.idleTimeout: 90m
+    assert policy.idle_timeout_by_profile["vm-workstation"] == 60  # configured: wins
+    assert policy.max_duration_by_profile["gpu-exclusive"] == 12 * 3600  # session.maxDuration: 12h
+    gpu = catalog / "gpu.yaml"
+    gpu.write_text(gpu.read_text().replace("idleTimeout: 90m", "idleTimeout: 45m"))
+    assert app.policy().idle_timeout_by_profile["gpu-exclusive"] == 45 * 60  # followed, no restart
+    gpu.write_text(gpu.read_text().replace("idleTimeout: 45m", "idleTimeout: soon"))
+    assert app.policy().idle_timeout_by_profile["gpu-exclusive"] == 45 * 60  # the last good catalog
 
 
 @pytest.mark.parametrize("none", ["--warn-before=none", "--CullerApp.warn_before=None"])
