@@ -29,6 +29,7 @@ from .manifests.vm import (
     build_vm,
     build_vm_service,
     vm_names,
+    vm_outdated,
 )
 
 NOTEBOOK_PORT = 8888
@@ -218,14 +219,12 @@ class VMRuntime:
                 return
             except Conflict:
                 current = None  # the cache lagged: fall through to the disk check by replace
-        volumes = ((current or {}).get("spec", {}).get("template", {}).get("spec", {}) or {}).get(
-            "volumes"
-        ) or []
-        if current is not None and any(
-            (v.get("dataVolume") or {}).get("name") == names.disk for v in volumes
-        ):
+        if current is not None and not vm_outdated(current, wanted):
             return
-        self.log.warning("VM %s does not reference root disk %s: rebuilding its spec", names.vm, names.disk)
+        if current is not None and self._cached("vmis", names.vm) is not None:
+            self.log.warning("VM %s differs from its profile but still runs: not changed now", names.vm)
+            return
+        self.log.info("VM %s: bringing its spec up to date with the profile (root disk kept)", names.vm)
         if current is not None:
             wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             await custom.replace(

@@ -228,6 +228,28 @@ def build_vm(ws: WorkspaceContext, names: VmNames) -> dict[str, Any]:
     }
 
 
+def vm_outdated(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """True when the stored VM lacks something the profile now builds: its template (CPU, memory, GPUs,
+    placement, disks), labels or annotations (profile, GPU mode, catalog version). A profile edit, or a
+    server switched to another VM profile, then takes effect at the next start instead of never.
+
+    Fields the API server added (KubeVirt's defaults) do not count: only what ``wanted`` says is compared.
+    """
+    for key in ("labels", "annotations"):
+        if not _covers((current.get("metadata") or {}).get(key) or {}, wanted["metadata"].get(key) or {}):
+            return True
+    return not _covers((current.get("spec") or {}).get("template") or {}, wanted["spec"]["template"])
+
+
+def _covers(have: Any, want: Any) -> bool:
+    """``have`` holds every value of ``want`` (dicts: the keys ``want`` has; lists: item by item)."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(k in have and _covers(have[k], v) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(have) == len(want) and all(map(_covers, have, want))
+    return bool(have == want)
+
+
 def _domain(vm: VmSpec, resources: Resources) -> dict[str, Any]:
     devices: dict[str, Any] = {
         "disks": [

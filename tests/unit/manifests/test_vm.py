@@ -436,3 +436,31 @@ SIGNATURES: list[tuple[Callable[..., Any], str]] = [
 )
 def test_signature(function: Callable[..., Any], signature: str) -> None:
     assert str(inspect.signature(function)) == signature
+
+
+# ------------------------------------------------------------------ keeping the VM up to date
+def test_a_vm_as_built_is_up_to_date_even_with_server_defaults() -> None:
+    ws, n = vm_context()
+    stored = build_vm(ws, n)
+    stored["metadata"] |= {"uid": "u-1", "resourceVersion": "7", "generation": 3}
+    stored["spec"]["runStrategy"] = "Always"
+    domain = stored["spec"]["template"]["spec"]["domain"]
+    domain["machine"] = {"type": "q35"}  # KubeVirt's defaults
+    domain["firmware"] = {"uuid": "5d307ca9-b3ef-428c-8861-06e72d69f223"}
+    stored["status"] = {"printableStatus": "Running"}
+    assert not vm.vm_outdated(stored, build_vm(ws, n))
+
+
+def test_another_profile_or_a_lost_disk_reference_makes_the_vm_outdated() -> None:
+    ws, n = vm_context()
+    stored = build_vm(ws, n)
+    gpu_ws, _ = vm_context(VM_GPU)
+    assert vm.vm_outdated(stored, build_vm(gpu_ws, n))  # the server switched to the GPU VM profile
+    edited = replace(VM_WORKSTATION, resources=replace(VM_WORKSTATION.resources, limits={"cpu": "12"}))
+    assert vm.vm_outdated(stored, build_vm(vm_context(edited)[0], n))  # the profile was edited
+    no_disk = copy.deepcopy(stored)
+    no_disk["spec"]["template"]["spec"]["volumes"][0]["dataVolume"]["name"] = "someone-elses"
+    assert vm.vm_outdated(no_disk, build_vm(ws, n))
+    relabelled = copy.deepcopy(stored)
+    relabelled["metadata"]["labels"]["gpuworkspace.dev/profile"] = "old-profile"
+    assert vm.vm_outdated(relabelled, build_vm(ws, n))
