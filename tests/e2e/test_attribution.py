@@ -241,6 +241,13 @@ def test_dashboard_renders_the_node_grid_and_charts(
         cell.first.wait_for()
         assert page.locator(".gpu-cell").count() >= 16  # 2 nodes x 8 cards (MIG instances apart)
         page.locator("svg.chart").first.wait_for()
+        # the page's own auto-refresh (a fetch of ?fragment=1 with the login cookie) gets the content,
+        # not a detour through the hub's OAuth login
+        status, redirected, body = page.evaluate(
+            "fetch(document.getElementById('dashboard').dataset.refreshUrl, {credentials: 'same-origin'})"
+            ".then(async r => [r.status, r.redirected, await r.text()])"
+        )
+        assert (status, redirected) == (200, False) and 'id="node-grid"' in body, (status, redirected)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "attribution-dashboard.png"
         page.screenshot(path=str(shot), full_page=True)

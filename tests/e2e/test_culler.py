@@ -436,7 +436,10 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
     policy = body["policy"]
     # culler_config.py is what the stack's culler runs with
     assert policy["warn_before"] == [16, 8] and policy["exempt_profiles"] == ["e2e-cull-exempt"], policy
-    assert policy["idle_timeout"] == 0 and policy["max_duration_by_profile"] == {"e2e-cull-max": 45}, policy
+    assert policy["idle_timeout"] == 0 and policy["max_duration_by_profile"]["e2e-cull-max"] == 45, policy
+    # the catalog's session settings, for the profiles the config does not name (cpu.yaml: 60m, 12h)
+    assert policy["idle_timeout_by_profile"]["cpu-small"] == 3600, policy
+    assert policy["max_duration_by_profile"]["cpu-small"] == 12 * 3600, policy
     since = datetime.now(UTC)
     scenarios = plan()
     workspaces = {user: ws for user, (ws, _, _) in scenarios.items()}
@@ -463,7 +466,7 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         for thread in threads:
             thread.join(300)
         # the servers to be kept: watched past the time they would have been stopped when idle
-        idle = max(policy["idle_timeout_by_profile"].values())
+        idle = max(t for p, t in policy["idle_timeout_by_profile"].items() if p.startswith("e2e-cull"))
         set_up = max((ws.set_up_at for ws in workspaces.values()), default=0.0)
         time.sleep(max(0.0, set_up + idle + MARGIN_S - time.time()))
         result.ended_at = time.time()

@@ -113,3 +113,16 @@ def uses(rule: Rule, records: Iterable[dict[str, Any]]) -> dict[tuple[str, str, 
                 if key in counts:
                     counts[key] += 1
     return counts
+
+
+def covers(rule: Rule, record: dict[str, Any]) -> bool:
+    """Whether ``rule`` allows the logged request (for some API group that serves its resource)."""
+    return rule.applies_in(record["namespace"]) and any(
+        rule_allows(rule.rule, attrs) for attrs in attributes(record)
+    )
+
+
+def sole_uses(rule: Rule, rules: Iterable[Rule], records: Iterable[dict[str, Any]]) -> int:
+    """Requests ``rule`` allows and no other rule does: each would be denied without it."""
+    others = [r for r in rules if r != rule]
+    return sum(1 for rec in records if covers(rule, rec) and not any(covers(o, rec) for o in others))

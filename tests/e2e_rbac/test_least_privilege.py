@@ -7,9 +7,10 @@
   metrics, resize, snapshot and restore, the attribution API) and keeps the hub's requests.
 - Every request was allowed, and every rule was used by at least one request (a rule nothing used
   is a rule the code does not need).
-- Removal re-runs for representative rules (namespaced Role, ClusterRole, another API group) show the
-  mechanism can fail: without the rule, its path gets a 403 and does not complete. The usage check
-  stands for the rest: a rule no request of a full run matched cannot be needed by that run.
+- Every used rule alone allowed some request (no other rule did): removing it denies that request, so
+  the "every request was allowed" check of the same run fails. Removal re-runs for representative
+  rules (namespaced Role, ClusterRole, another API group) show the denial happens live: without the
+  rule, its path gets a 403 and does not complete.
 
 Rules and verbs the run does not use are strict xfails naming why (``NOT_USED``, ``GRANTS_NOT_USED``):
 z2jh's hub Role (unused: nothing runs in jhub), and what the devcluster cannot show (kubelet
@@ -30,7 +31,7 @@ import pytest
 from tests.e2e.harness import HubStack, http, wait_for
 
 from .conftest import kubectl
-from .rules import HUB_USER, Rule, all_rules, grants, uses
+from .rules import HUB_USER, Rule, all_rules, grants, sole_uses, uses
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -206,8 +207,8 @@ GRANTS_USED_BY_TIMING: dict[tuple[str, str, str], str] = {
 GRANTS_NOT_USED: dict[tuple[str, str, str], str] = {
     ("get", "", "pods"): "KubeSpawner reads a pod only after a create answered 409 (a pod left over "
     "with the same name); the run never collides",
-    ("update", "kubevirt.io", "virtualmachines"): "vmruntime._ensure_vm replaces a VM to rebuild one "
-    "that lost its root disk; not driven here (tests/e2e/test_vm_workspace.py drives it as admin)",
+    ("update", "kubevirt.io", "virtualmachines"): "vmruntime._ensure_vm replaces a VM whose spec no "
+    "longer matches its profile (or its root disk); not driven here (test_vm_workspace.py does)",
 }
 
 
@@ -221,6 +222,14 @@ def test_every_rule_is_used(rule: Rule, lifecycle_log: list[dict[str, Any]]) -> 
     counts = uses(rule, lifecycle_log)
     print(rule.id, {" ".join(g): n for g, n in counts.items()})
     assert any(counts.values()), f"no request of the run needed {rule.id}: {grants(rule)}"
+
+
+@pytest.mark.parametrize("rule", [_param(r) for r in RULES])
+def test_every_rule_alone_allows_some_request(rule: Rule, lifecycle_log: list[dict[str, Any]]) -> None:
+    """Removing the rule makes a test fail: some request of the run was allowed by it and by no other
+    rule, so without it that request is denied and "every request was allowed" fails (the live
+    removals below show that happen for three rules). A rule another rule duplicates fails here."""
+    assert sole_uses(rule, RULES, lifecycle_log) > 0, f"{rule.id}: every request it allowed, another allowed"
 
 
 def _grant_params() -> list[Any]:

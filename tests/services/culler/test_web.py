@@ -462,6 +462,8 @@ def test_the_hub_runs_the_culler_with_exactly_its_documented_scopes(
         "http://127.0.0.1:18000",
         "--interval",
         "30",
+        "--catalog",
+        str(REPO / "hub_config" / "catalog"),
         "--attribution-url",
         "http://127.0.0.1:10102/services/gpuworkspace-attribution/",
         "--config",
@@ -472,6 +474,7 @@ def test_the_hub_runs_the_culler_with_exactly_its_documented_scopes(
     app = CullerApp()  # the service accepts what the hub passes
     app.parse_command_line(service["command"][3:])
     assert (app.proxy_url, app.interval, app.config_file) == ("http://127.0.0.1:18000", 30, "/etc/culler.py")
+    assert app.catalog == str(REPO / "hub_config" / "catalog")
     assert app.attribution_url == "http://127.0.0.1:10102/services/gpuworkspace-attribution/"
     assert app.dry_run is True and app.idle_timeout == 7200
     assert sorted(role["scopes"]) == sorted(
