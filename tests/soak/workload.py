@@ -23,6 +23,7 @@ DISKS = "/services/gpuworkspace-disks/api/v1"
 MARKER = "soak-marker.txt"
 SERVERS = {"c": "cpu-small", "g": "gpu-shared", "v": "vm-workstation"}
 READY_TIMEOUT_S = 200.0
+SLOW_S, GIVE_UP_S = 150.0, 600.0  # a stop or delete still running after these
 
 
 @dataclass
@@ -234,8 +235,10 @@ class Worker:
             server.removed = True
 
     def _wait_gone(self, server: Server, what: str, removed: bool = False) -> bool:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline:
+        """Until the hub no longer runs (``removed``: no longer has) the server. Over SLOW_S is counted
+        as slow (a stop waits for the VMI or pod to go); over GIVE_UP_S it is a finding."""
+        began = time.monotonic()
+        while time.monotonic() < began + GIVE_UP_S:
             status, model = self.api("GET", f"/users/{self.user}?include_stopped_servers=1")
             servers = (model or {}).get("servers") or {} if status == 200 else {}
             entry = servers.get(server.name)
@@ -245,10 +248,11 @@ class Worker:
                 else not (entry or {}).get("ready") and not (entry or {}).get("pending")
             ):
                 server.running = False
-                self.tally.outcomes[f"{what}:done"] += 1
+                slow = time.monotonic() - began > SLOW_S
+                self.tally.outcomes[f"{what}:done" + (f" after over {SLOW_S:.0f} s" if slow else "")] += 1
                 return True
             time.sleep(0.3)
-        self.tally.errors.append(f"{what} {self.user}/{server.name}: not done after 150 s")
+        self.tally.errors.append(f"{what} {self.user}/{server.name}: not done after {GIVE_UP_S:.0f} s")
         return False
 
     def rebuild_vm(self, server: Server) -> None:
@@ -294,13 +298,18 @@ class Worker:
             self.tally.errors.append(f"snapshot {claim}: {status} {_message(body)}")
 
     def _disks(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        """A disk API call, repeated while the hub, the proxy or the service restarts. A create repeated
+        after no answer may find its first try landed: that 409 "already exists" is its success."""
         url = self.stack.url + DISKS + path
         headers = {"Authorization": f"token {self.stack.admin_token}"}
-        for _ in range(60):
+        for attempt in range(60):
             try:
                 status, raw = http(method, url, body, headers=headers, timeout=120)
             except (urllib.error.URLError, OSError):
                 status, raw = 0, b""
+            if attempt and status == 409 and b"already exists" in raw:
+                self.tally.outcomes["disk-api:landed-before-a-retry"] += 1
+                return 201, _decoded(raw)
             if not _hub_away(status, raw):
                 break
             time.sleep(1)  # the hub (and so the proxy and its routes) or the service restarting
