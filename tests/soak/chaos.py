@@ -303,7 +303,8 @@ def describe(report: Report, extra: dict[str, Any]) -> str:
         f"requests answered 429/5xx ({100 * report.error_answers / max(1, report.product_requests):.1f} %)",
         *(f"  {k}: {v}" for k, v in extra.items()),
         f"  failed spawns: {len(tally.failed_spawns)} (without a reason: {len(tally.unexplained_failures)}); "
-        f"cut short by a hub restart: {len(tally.interrupted)}",
+        f"operations cut short by a hub restart: {len(tally.interrupted)}",
+        *(f"    {i}" for i in tally.interrupted[:20]),
         *(f"    {f}" for f in tally.failed_spawns[:40]),
         f"  soak surprises: {len(tally.errors)}",
         *(f"    {e}" for e in tally.errors[:40]),

@@ -185,10 +185,16 @@ class Worker:
                     return str(event.get("message") or "")
         return f"(no failed event; progress answered {status})"
 
+    def _restart_overlapped(self) -> bool:
+        """Whether a hub restart happened while this operation ran (or it began just after one)."""
+        return any(
+            began <= time.monotonic() and self.began <= end + 1 for began, end in self.tally.hub_restarts
+        )
+
     def _failed(self, server: Server, reason: str) -> None:
         server.running = False
         entry = f"{self.user}/{server.name} ({server.profile}): {reason}"
-        if any(began <= time.monotonic() and self.began <= end + 1 for began, end in self.tally.hub_restarts):
+        if self._restart_overlapped():
             self.tally.outcomes["start:interrupted-by-hub-restart"] += 1
             self.tally.interrupted.append(entry)
             return
@@ -285,7 +291,9 @@ class Worker:
         gib = int(size.removesuffix("Gi")) + 1 if size.endswith("Gi") else 2
         status, body = self._disks("POST", f"/disks/{claim}/resize", {"size": f"{gib}Gi"})
         self.tally.outcomes[f"resize:{status}"] += 1
-        if status not in (200, 400):  # 400: over the profile's limit, refused with the limit named
+        if status >= 500 and self._restart_overlapped():
+            self.tally.interrupted.append(f"resize {claim}: {status} during a hub restart")
+        elif status not in (200, 400):  # 400: over the profile's limit, refused with the limit named
             self.tally.errors.append(f"resize {claim}: {status} {_message(body)}")
 
     def snapshot(self, server: Server) -> None:
@@ -294,7 +302,9 @@ class Worker:
         name = f"{claim}-soak-{self.rng.randrange(10**6)}"
         status, body = self._disks("POST", f"/disks/{claim}/snapshots", {"name": name})
         self.tally.outcomes[f"snapshot:{status}"] += 1
-        if status != 201:
+        if status >= 500 and self._restart_overlapped():  # the hub stops its services when it stops
+            self.tally.interrupted.append(f"snapshot {claim}: {status} during a hub restart")
+        elif status != 201:
             self.tally.errors.append(f"snapshot {claim}: {status} {_message(body)}")
 
     def _disks(self, method: str, path: str, body: Any) -> tuple[int, Any]:
