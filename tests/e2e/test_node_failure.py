@@ -52,7 +52,31 @@ def test_start_elsewhere_is_refused_until_the_old_node_is_fenced(stack: HubStack
     assert refused and "Evidence" in refused[-1]["message"]  # the audit record carries the evidence
     wait_for(lambda: stack.hub.server(user, server) is None, 30, "the refused start to be cleaned up")
 
-    # The admin's runbook: fence the node's addresses, then declare it out of service.
+    fence(stack, node)  # the admin's runbook
+
+    start(stack, user, server, PROFILE)
+    moved = get_json(stack, "pod", f"jupyter-{user}--{server}")
+    assert moved["spec"]["nodeName"] != node
+    assert read_file(stack, user, server, "thesis.txt") == "do not corrupt me"
+    multi = [e for e in get_json(stack, "events")["items"] if "Multi-Attach" in e.get("message", "")]
+    assert multi == []
+    stack.hub.stop_server(user, server)
+    # The repaired node comes back: unfence, clear out-of-service, and wait until it takes pods again.
+    kubectl(stack, "delete", "networkfence", f"fence-{node}", check=False)
+    kubectl(stack, "taint", "node", node, "node.kubernetes.io/out-of-service-", check=False)
+    status, body = stack.devcluster.control("/_devcluster/sim/node", {"node": node, "action": "recover"})
+    assert status == 200, body
+    kubectl(stack, "wait", "--for=condition=Ready=True", f"node/{node}", "--timeout=30s")
+
+    def untainted() -> bool:
+        taints = get_json(stack, "node", node)["spec"].get("taints") or []
+        return not [t for t in taints if t["key"].startswith("node.kubernetes.io/")]
+
+    wait_for(untainted, 30, f"{node} to lose its unreachable taints")
+
+
+def fence(stack: HubStack, node: str) -> None:
+    """The admin's runbook: fence the node's addresses, then declare it out of service."""
     node_obj = get_json(stack, "node", node)
     address = next(a["address"] for a in node_obj["status"]["addresses"] if a["type"] == "InternalIP")
     fence = {
@@ -76,26 +100,6 @@ def test_start_elsewhere_is_refused_until_the_old_node_is_fenced(stack: HubStack
         "--timeout=30s",
     )
     kubectl(stack, "taint", "node", node, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")
-
-    start(stack, user, server, PROFILE)
-    moved = get_json(stack, "pod", f"jupyter-{user}--{server}")
-    assert moved["spec"]["nodeName"] != node
-    assert read_file(stack, user, server, "thesis.txt") == "do not corrupt me"
-    multi = [e for e in get_json(stack, "events")["items"] if "Multi-Attach" in e.get("message", "")]
-    assert multi == []
-    stack.hub.stop_server(user, server)
-    # The repaired node comes back: unfence, clear out-of-service, and wait until it takes pods again.
-    kubectl(stack, "delete", "networkfence", f"fence-{node}", check=False)
-    kubectl(stack, "taint", "node", node, "node.kubernetes.io/out-of-service-", check=False)
-    status, body = stack.devcluster.control("/_devcluster/sim/node", {"node": node, "action": "recover"})
-    assert status == 200, body
-    kubectl(stack, "wait", "--for=condition=Ready=True", f"node/{node}", "--timeout=30s")
-
-    def untainted() -> bool:
-        taints = get_json(stack, "node", node)["spec"].get("taints") or []
-        return not [t for t in taints if t["key"].startswith("node.kubernetes.io/")]
-
-    wait_for(untainted, 30, f"{node} to lose its unreachable taints")
 
 
 def _events(stack: HubStack, name: str) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.e2e.harness import HubStack, wait_for
+from tests.e2e.test_node_failure import fence
 from tests.e2e.test_workspace_lifecycle import NS, get_json, kubectl
 
 from .workload import HubUnreachable, Tally, Worker
@@ -205,7 +206,7 @@ class Conductor:
                     f"node failure: a start of {user}/{name} answered {status} {body}"
                 )
             wait_for(lambda: self._not_running(worker, name), 60, "the refused start to be cleaned up")
-            self._fence(node)
+            fence(self.stack, node)
             worker.start(server)  # now it may start elsewhere, with its data (the marker is checked)
             self.report.tally.ops["start_after_fencing"] += 1
             self.report.tally.outcomes["start-after-fencing:" + ("ok" if server.running else "failed")] += 1
@@ -230,31 +231,6 @@ class Conductor:
             "/_devcluster/sim/node", {"node": node, "action": action}
         )
         assert status == 200, body
-
-    def _fence(self, node: str) -> None:
-        node_obj = get_json(self.stack, "node", node)
-        address = next(a["address"] for a in node_obj["status"]["addresses"] if a["type"] == "InternalIP")
-        fence = {
-            "apiVersion": "csiaddons.openshift.io/v1alpha1",
-            "kind": "NetworkFence",
-            "metadata": {"name": f"fence-{node}"},
-            "spec": {
-                "driver": "rbd.csi.ceph.com",
-                "fenceState": "Fenced",
-                "cidrs": [f"{address}/32"],
-                "secret": {"name": "rook-csi-rbd-provisioner", "namespace": "rook-ceph"},
-                "parameters": {"clusterID": "devcluster-ceph"},
-            },
-        }
-        kubectl(self.stack, "apply", "-f", "-", input_text=json.dumps(fence))
-        kubectl(
-            self.stack,
-            "wait",
-            "--for=jsonpath={.status.result}=Succeeded",
-            f"networkfence/fence-{node}",
-            "--timeout=30s",
-        )
-        kubectl(self.stack, "taint", "node", node, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")
 
 
 # ---------------------------------------------------------------------------------- the audit
