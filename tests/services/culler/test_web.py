@@ -335,6 +335,7 @@ async def test_status_shows_the_last_cycle_and_the_effective_policy(base: str) -
         "max_duration_by_profile",
         "warn_before",
         "gpu_busy_percent",
+        "cpu_busy_cores",
         "exempt_users",
         "exempt_groups",
         "exempt_profiles",
@@ -483,7 +484,7 @@ def test_the_hub_runs_the_culler_with_exactly_its_documented_scopes(
             "read:users:activity",
             "read:servers",
             "delete:servers",
-            "access:servers",
+            "admin:server_state",
             "read:users:groups",
         ]
     )
