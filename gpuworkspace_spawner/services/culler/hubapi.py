@@ -128,8 +128,10 @@ class Http:
 
 
 def _excerpt(response: HTTPResponse) -> str:
-    text = (response.body or b"").decode("utf-8", "replace").strip()
-    return text[:200] or (response.reason or "")
+    """The start of an answer for an error message: printable characters only (it reaches logs and pages)."""
+    text = (response.body or b"")[:800].decode("utf-8", "replace").strip()
+    text = "".join(ch if ch.isprintable() else " " for ch in text)[:200]
+    return text or "".join(ch for ch in (response.reason or "")[:200] if ch.isprintable())
 
 
 def parse_time(value: Any) -> datetime | None:
