@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuworkspace_spawner.catalog.__main__ import main
 from gpuworkspace_spawner.catalog.network import EgressAllow, NetworkProfile, NetworkSettings, PortRange
@@ -113,3 +115,21 @@ def test_the_cli_prints_problems_instead_of_policies_for_a_bad_catalog(
     assert main([str(bad), "--network-policies"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and "invalid workspace catalog" in captured.err
+
+
+def test_ip_blocks_pass_the_api_servers_validation() -> None:
+    """The API server (ValidateIPBlock) refuses an except entry that is not strictly inside its cidr;
+    kubernetes-validate's schema does not check it."""
+    shipped = yaml.safe_load_all(
+        (REPO / "helm-values" / "extra-manifests" / "50-networkpolicies.yaml").read_text()
+    )
+    for policy in [*build_network_policies(SETTINGS), *shipped]:
+        for rule in policy["spec"].get("egress", []):
+            for peer in rule["to"]:
+                block = peer.get("ipBlock")
+                if block is None:
+                    continue
+                cidr = ipaddress.ip_network(block["cidr"])  # strict: no host bits
+                for text in block.get("except", []):
+                    net = ipaddress.ip_network(text)
+                    assert net.version == cidr.version and net.subnet_of(cidr) and net != cidr, (block, text)  # type: ignore[arg-type]
