@@ -362,6 +362,19 @@ def culler_requests(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+# Refused: 403, or, from the hub's API, 404 where the token may not even see that user (JupyterHub
+# answers so rather than confirm the user exists).
+REFUSED = {403}
+HUB_REFUSED = {403, 404}
+
+
+def refused(answers: dict[str, int]) -> bool:
+    return all(code in (HUB_REFUSED if what in HUB_TARGETS else REFUSED) for what, code in answers.items())
+
+
+HUB_TARGETS = ("the stop API", "the user list")
+
+
 def try_elsewhere(stack: HubStack, header: str, value: str) -> dict[str, int]:
     """The credential against another user's server, the stop API, the user list and the disk API."""
     other = f"/user/cull-busy/{SERVER}"
@@ -774,14 +787,14 @@ def test_what_the_culler_sends_to_a_hostile_server_opens_nothing_else(run: Run, 
     # while it ran, the culler's credential opened this server (it is real) and nothing else
     assert set(ws.seen["own_server_while_running"].values()) == {200}, ws.seen["own_server_while_running"]
     for credential, answers in ws.seen["elsewhere_while_running"].items():
-        assert set(answers.values()) == {403}, (credential[:12], answers)
+        assert set(answers.values()) == {403}, (credential[:12], answers)  # the probe token: 403 everywhere
     # everything it captured (the culler's and its own user's credentials), tried after the stop
     everything = credentials_of(requests)
     assert everything["Authorization"] >= culler_creds["Authorization"]
     for header, values in everything.items():
         for value in values:
             answers = try_elsewhere(stack, header, value)
-            assert set(answers.values()) == {403}, (header, value[:12], answers)
+            assert refused(answers), (header, value[:12], answers)
     # the culler's credential opened no service even for its own user (it was made for one server)
     assert set(ws.seen["services_while_running"].values()) == {403}, ws.seen["services_while_running"]
     # and it was revoked at the stop

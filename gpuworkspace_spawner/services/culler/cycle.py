@@ -104,6 +104,10 @@ class Culler:
         if not self.state.dry_run:
             for decision in decisions:
                 self._apply_warnings(by_key[decision.key], decision, readings.get(decision.key), now)
+        # the warnings given and the decisions change together, before the stops' awaits (save-first,
+        # the hub): the API never shows warnings withdrawn beside the decision that gave them
+        self._record(workspaces, decisions, readings)
+        if not self.state.dry_run:
 
             async def stop(decision: Decision) -> int:
                 ws = by_key[decision.key]
@@ -112,7 +116,6 @@ class Culler:
                     return await self._stop(ws, decision, readings.get(ws.key), server, now, errors)
 
             stopped = sum(await asyncio.gather(*(stop(d) for d in stops)))
-        self._record(workspaces, decisions, readings)
         report = CycleReport(
             started_at=started_at,
             finished_at=self.clock(),
