@@ -281,7 +281,8 @@ def attribution_row(s: Server) -> dict[str, Any]:
         "cost_center": "",
         "started_at": s.started.timestamp(),
         "cull_exempt": False,
-        "cpu": {"request": 2.0, "limit": 4.0, "used": 0.5},
+        # an idle jupyter_server's CPU use: below the culler's cpu_busy_cores, so the probes decide
+        "cpu": {"request": 2.0, "limit": 4.0, "used": 0.02},
         "memory": {"request": 8 * 2**30, "limit": 16 * 2**30, "used": 2 * 2**30},
         "gpu": {
             "allocated": 1.0 if gpu else 0.0,
