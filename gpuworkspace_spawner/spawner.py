@@ -335,9 +335,11 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         try:
             url = await self._start_vm()
         except SpawnException as exc:
-            await self._audit(
-                "workspace-start-failed", "VirtualMachine", name, f"{exc.reason}: {exc.message}"
-            )
+            failed = f"{exc.reason}: {exc.message}"
+            if self._rejected:  # refused before any write (a disk limit): no Event either
+                self._log_record("workspace-start-failed", "VirtualMachine", name, failed)
+            else:
+                await self._audit("workspace-start-failed", "VirtualMachine", name, failed)
             raise
         await self._audit("workspace-started", "VirtualMachine", name, f"VM workspace ready at {url}")
         vmi = self._cached("vmis", name) or {}
