@@ -20,7 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner import KubeSpawner
 from prometheus_client import Counter
 from sqlalchemy.orm import object_session
-from traitlets import Enum, Float, Unicode, default
+from traitlets import Enum, Float, Integer, Unicode, default
 
 from .audit import Action, AuditRecord, build_audit_event, log_audit
 from .catalog import (
@@ -42,6 +42,7 @@ from .lifecycle.gpuholders import describe_gpu_holders
 from .lifecycle.retention import decide_home_disk, retain_until
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
 from .lifecycle.state import derive_state, to_json
+from .limiting import new_disk_guard
 from .manifests.names import ANN_LAST_NODE, DISK_HOME, LABEL_DISK, WorkspaceContext, WorkspaceIdentity
 from .manifests.pod import build_workspace_pod
 from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
@@ -112,6 +113,29 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
     release_name = Unicode(
         "jupyterhub",
         help="The z2jh release name, set as the ``release`` label that the chart's NetworkPolicies select.",
+    ).tag(config=True)
+
+    max_disks_per_user = Integer(
+        0,
+        min=0,
+        help="""
+        The most workspace disks one user may hold: container home claims and VM root disks, active
+        or retained (a deleted server's disk counts until the reclaimer deletes it). 0: no limit.
+
+        Checked only when a start would create a new disk; a start that uses or re-adopts the disk of
+        that server name is never refused. Past the limit the start is refused with HTTP 403 (reason
+        ``disk-limit``), a message naming the user's disks and what to do, and nothing is written to
+        the cluster. See :doc:`/how-to/limits`.
+        """,
+    ).tag(config=True)
+
+    max_disks_total = Integer(
+        0,
+        min=0,
+        help="""
+        The most workspace disks (home claims and VM root disks, active or retained, every user's) the
+        workspace namespace may hold. 0: no limit. Enforced like ``max_disks_per_user``.
+        """,
     ).tag(config=True)
 
     _sources: ClassVar[dict[str, CatalogSource]] = {}
@@ -311,9 +335,11 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         try:
             url = await self._start_vm()
         except SpawnException as exc:
-            await self._audit(
-                "workspace-start-failed", "VirtualMachine", name, f"{exc.reason}: {exc.message}"
-            )
+            failed = f"{exc.reason}: {exc.message}"
+            if self._rejected:  # refused before any write (a disk limit): no Event either
+                self._log_record("workspace-start-failed", "VirtualMachine", name, failed)
+            else:
+                await self._audit("workspace-start-failed", "VirtualMachine", name, failed)
             raise
         await self._audit("workspace-started", "VirtualMachine", name, f"VM workspace ready at {url}")
         vmi = self._cached("vmis", name) or {}
@@ -503,9 +529,10 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
                 raise SpawnException(verdict.reason, reason="disk", status_code=409)
             try:
                 if verdict.action == "create":
-                    claim = await gateway.create_pvc(
-                        self.api, self.namespace, build_home_pvc(ws), request_timeout=request_timeout
-                    )
+                    async with new_disk_guard(self, "PersistentVolumeClaim", self.pvc_name):
+                        claim = await gateway.create_pvc(
+                            self.api, self.namespace, build_home_pvc(ws), request_timeout=request_timeout
+                        )
                     await self._audit(
                         "disk-created", "PersistentVolumeClaim", self.pvc_name, verdict.reason, claim
                     )

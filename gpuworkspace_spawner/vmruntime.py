@@ -18,6 +18,7 @@ from .k8s.custom import DATA_VOLUMES, VIRTUAL_MACHINES, VM_INSTANCES, CustomRefl
 from .lifecycle.retention import decide_home_disk
 from .lifecycle.spawning import is_ready
 from .lifecycle.vmspawning import build_vm_progress, decide_vm_failure
+from .limiting import new_disk_guard
 from .manifests.names import DISK_ROOT, LABEL_DISK, LABEL_RUNTIME, LABEL_VM, WorkspaceContext
 from .manifests.pvc import build_adopt_patch
 from .manifests.vm import (
@@ -162,9 +163,10 @@ class VMRuntime:
             raise SpawnException(verdict.reason, reason="disk", status_code=409)
         if verdict.action == "create":
             try:
-                dv = await custom.create(
-                    api, DATA_VOLUMES, self.namespace, build_root_disk(ws, names), request_timeout=timeout
-                )
+                async with new_disk_guard(self, "DataVolume", names.disk):
+                    dv = await custom.create(
+                        api, DATA_VOLUMES, self.namespace, build_root_disk(ws, names), request_timeout=timeout
+                    )
                 await self._audit("disk-created", "DataVolume", names.disk, verdict.reason, dv)
             except Conflict:
                 pass  # created meanwhile (the cache lagged); the next checks read it from the cache

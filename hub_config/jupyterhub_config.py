@@ -37,6 +37,12 @@ GPUWS_CULLER_CONFIG    a traitlets config file for it              unset: the de
                        (docs/reference/culler.md)
 GPUWS_CULLER_ARGS      extra command-line arguments for it         unset
                        (shell words; the tests use it)
+GPUWS_NAMED_SERVER_    the most named servers a user may have      ``20``
+LIMIT                  (running or stopped; 0: no limit)
+GPUWS_MAX_DISKS_PER_   the most workspace disks (active or         ``20``
+USER                   retained) one user may hold (0: no limit)
+GPUWS_MAX_DISKS_TOTAL  the most workspace disks in the namespace   ``500``
+                       (0: no limit)
 JUPYTERHUB_CRYPT_KEY   when set, auth state (the OIDC tokens) is   unset: auth state is not kept
                        stored encrypted with this key
 =====================  ==========================================  ===============================
@@ -159,8 +165,10 @@ c.Authenticator.admin_users = {"admin"}
 c.Authenticator.enable_auth_state = bool(os.environ.get("JUPYTERHUB_CRYPT_KEY"))
 
 # ----------------------------------------------------------------------------------- spawning
-# Users may run several named workspaces (/user/alice/<name>/) besides the default one.
+# Users may run several named workspaces (/user/alice/<name>/) besides the default one, up to a limit:
+# past it JupyterHub answers 400 "already has the maximum of N named servers" (docs/how-to/limits.md).
 c.JupyterHub.allow_named_servers = True
+c.JupyterHub.named_server_limit_per_user = int(_env("GPUWS_NAMED_SERVER_LIMIT", "20"))
 
 # Settings for KubeSpawner apply to GPUWorkspaceSpawner too (it is a subclass).
 c.KubeSpawner.namespace = "gpu-workspaces"  # where workspace pods and disks are created
@@ -270,6 +278,9 @@ def _use_gpuworkspace() -> None:
 
     load_catalog_or_exit(str(CATALOG))
     c.GPUWorkspaceSpawner.retention_days = 30  # how long a deleted workspace's disk is kept
+    # Retained disks count: a start that would create a disk past either limit is refused (403).
+    c.GPUWorkspaceSpawner.max_disks_per_user = int(_env("GPUWS_MAX_DISKS_PER_USER", "20"))
+    c.GPUWorkspaceSpawner.max_disks_total = int(_env("GPUWS_MAX_DISKS_TOTAL", "500"))
     _register_disk_service()
     _register_reclaimer()
     _register_attribution_service()

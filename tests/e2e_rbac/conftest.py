@@ -27,8 +27,9 @@ MANIFESTS = REPO / "helm-values" / "extra-manifests"
 Z2JH_ROLE = HERE / "z2jh-hub-role.yaml"
 HUB_SA = ("jhub", "hub")  # z2jh's hub ServiceAccount in the release namespace the manifests use
 # Not applied: the devcluster serves no apps/v1 (the agent's DaemonSet cannot be stored or run). The
-# agent's Service is applied; NetworkPolicies are stored but not enforced (not RBAC either way).
-SKIPPED_KINDS = {"DaemonSet"}
+# agent's Service is applied; NetworkPolicies are stored but not enforced (not RBAC either way). Nor
+# does it serve ResourceQuota or LimitRange (tests/helm/test_limits.py checks those).
+SKIPPED_KINDS = {"DaemonSet", "ResourceQuota", "LimitRange"}
 
 
 def manifest_files() -> list[Path]:

@@ -1,0 +1,211 @@
+"""Disk limits: the decision table over disks built by the real builders, and the guard around a create."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpuworkspace_spawner import limiting
+from gpuworkspace_spawner.compat import SpawnException
+from gpuworkspace_spawner.lifecycle.limits import DiskLimits, LimitVerdict, decide_new_disk
+from gpuworkspace_spawner.manifests.names import LABEL_USER, WorkspaceIdentity, label_value
+from gpuworkspace_spawner.manifests.pvc import build_home_pvc, build_retain_patch
+from gpuworkspace_spawner.manifests.vm import build_root_disk
+from tests.unit.manifests.scenarios import CPU, context
+from tests.unit.manifests.test_vm import vm_context
+
+NS = "gpu-workspaces"
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def home(user: str, server: str = "", *, retained: bool = False, deleting: bool = False) -> dict[str, Any]:
+    identity = WorkspaceIdentity(user=user, server=server, namespace=NS)
+    claim = build_home_pvc(context(CPU, identity, claim=f"home-{user}-{server or 'default'}"))
+    if retained:
+        patch = build_retain_patch(retain_until=NOW, now=NOW, why="server-deleted")["metadata"]
+        claim["metadata"]["labels"].update(patch["labels"])
+        claim["metadata"]["annotations"].update(patch["annotations"])
+    if deleting:
+        claim["metadata"]["deletionTimestamp"] = "2026-03-01T11:00:00Z"
+    return claim
+
+
+def root(user: str, server: str = "") -> dict[str, Any]:
+    ws, names = vm_context(identity=WorkspaceIdentity(user=user, server=server, namespace=NS))
+    return build_root_disk(ws, names)
+
+
+def decide(
+    disks: list[dict[str, Any]], disk_name: str, per_user: int = 0, total: int = 0, user: str = "alice"
+) -> LimitVerdict:
+    return decide_new_disk(
+        disks,
+        user=user,
+        user_label=label_value(user),
+        disk_name=disk_name,
+        limits=DiskLimits(per_user=per_user, total=total),
+    )
+
+
+TWO_OF_ALICE = [home("alice", "a"), home("alice", "b", retained=True)]
+
+
+@pytest.mark.parametrize(
+    ("disks", "disk_name", "per_user", "total", "action", "limit"),
+    [
+        pytest.param([], "home-alice-c", 0, 0, "allow", "", id="no-limits"),
+        pytest.param(TWO_OF_ALICE * 50, "home-alice-c", 0, 0, "allow", "", id="no-limits-many"),
+        pytest.param(TWO_OF_ALICE[:1], "home-alice-c", 2, 0, "allow", "", id="below-per-user"),
+        pytest.param(TWO_OF_ALICE, "home-alice-c", 2, 0, "refuse", "per-user", id="at-per-user"),
+        pytest.param(
+            [home("alice", "a"), home("alice", "b", retained=True), root("alice", "vm")],
+            "home-alice-c",
+            2,
+            0,
+            "refuse",
+            "per-user",
+            id="past-per-user",
+        ),
+        pytest.param(
+            [home("alice", "a"), root("alice", "vm")],
+            "home-alice-c",
+            2,
+            0,
+            "refuse",
+            "per-user",
+            id="vm-root-counts",
+        ),
+        pytest.param(TWO_OF_ALICE, "home-alice-b", 2, 0, "allow", "", id="readopt-retained-at-limit"),
+        pytest.param(TWO_OF_ALICE, "home-alice-a", 2, 2, "allow", "", id="reuse-at-both-limits"),
+        pytest.param(
+            [home("alice", "a"), root("alice", "vm")],
+            root("alice", "vm")["metadata"]["name"],
+            1,
+            1,
+            "allow",
+            "",
+            id="vm-restart-past-limits",
+        ),
+        pytest.param(
+            [home("alice", "a"), home("alice", "b", deleting=True)],
+            "home-alice-c",
+            2,
+            0,
+            "allow",
+            "",
+            id="being-deleted-does-not-count",
+        ),
+        pytest.param(
+            [home("bob", "a"), home("bob", "b")], "home-alice-c", 2, 0, "allow", "", id="others-disks"
+        ),
+        pytest.param(
+            [home("bob", "a"), home("bob", "b")], "home-alice-c", 2, 2, "refuse", "total", id="at-total"
+        ),
+        pytest.param([home("bob", "a"), root("carol")], "home-alice-c", 0, 3, "allow", "", id="below-total"),
+        pytest.param(TWO_OF_ALICE, "home-alice-c", 2, 2, "refuse", "per-user", id="both-per-user-first"),
+        pytest.param(
+            [{"metadata": {"name": "scratch", "labels": {}}}] * 5,
+            "home-alice-c",
+            1,
+            1,
+            "allow",
+            "",
+            id="unlabelled-claims-ignored",
+        ),
+    ],
+)
+def test_decide_new_disk(
+    disks: list[dict[str, Any]], disk_name: str, per_user: int, total: int, action: str, limit: str
+) -> None:
+    verdict = decide(disks, disk_name, per_user, total)
+    assert (verdict.action, verdict.limit) == (action, limit), verdict.reason
+
+
+def test_refusal_says_which_limit_how_many_and_what_to_do() -> None:
+    verdict = decide([*TWO_OF_ALICE, root("alice", "vm")], "home-alice-c", per_user=2)
+    assert verdict.user_disks == 3
+    assert verdict.reason.startswith("You already have 3 workspace disks, the most one user may keep (2)")
+    for words in ("server 'a' (in use)", "server 'b' (retained until 2026-03-01T12:00:00Z)", "server 'vm'"):
+        assert words in verdict.reason
+    assert "re-adopts its retained disk" in verdict.reason and "administrator" in verdict.reason
+
+    total = decide([home("bob", "a"), home("bob", "b")], "home-alice-c", total=2)
+    assert total.reason.startswith("This hub already holds 2 workspace disks, the most it allows (2)")
+    assert "bob" not in total.reason, "another user's disks are not named"
+    assert "You have 0 disks." in total.reason
+
+
+def test_owner_is_the_exact_name_not_a_colliding_label() -> None:
+    """``alice@example.com``'s label value could be another user's name: the annotation decides."""
+    other = home("alice@example.com", "a")
+    lookalike = label_value("alice@example.com")
+    assert other["metadata"]["labels"][LABEL_USER] == lookalike
+    verdict = decide([other], "home-x", per_user=1, user=lookalike)
+    assert (verdict.action, verdict.user_disks) == ("allow", 0)
+    by_label = copy.deepcopy(other)
+    del by_label["metadata"]["annotations"]  # a disk labelled by hand: the label is all there is
+    assert decide([by_label], "home-x", per_user=1, user=lookalike).action == "refuse"
+
+
+def test_a_long_list_is_cut() -> None:
+    many = [home("alice", f"s{i}") for i in range(25)]
+    reason = decide(many, "home-new", per_user=25).reason
+    assert "and 15 more" in reason and len(reason) < 1000
+
+
+def test_negative_limits_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_disks_total must be 0"):
+        DiskLimits(total=-1)
+
+
+# ------------------------------------------------------------------------------ the guard
+class FakeSpawner:
+    namespace = NS
+    api = object()
+    k8s_api_request_timeout = 5
+
+    def __init__(self, per_user: int, total: int) -> None:
+        self.max_disks_per_user, self.max_disks_total = per_user, total
+        self._rejected = False
+        self.records: list[tuple[str, ...]] = []
+
+    def _identity(self) -> WorkspaceIdentity:
+        return WorkspaceIdentity(user="alice", server="c", namespace=NS)
+
+    def _log_record(self, *args: str) -> None:
+        self.records.append(args)
+
+
+async def test_guard_refuses_before_the_block_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    listed: list[str] = []
+
+    async def list_disks(api: Any, namespace: str, *, request_timeout: float) -> list[dict[str, Any]]:
+        listed.append(namespace)
+        return TWO_OF_ALICE
+
+    monkeypatch.setattr(limiting, "list_disks", list_disks)
+    spawner, created = FakeSpawner(per_user=2, total=0), []
+    with pytest.raises(SpawnException) as refused:
+        async with limiting.new_disk_guard(spawner, "PersistentVolumeClaim", "home-alice-c"):
+            created.append("home-alice-c")
+    assert created == [] and listed == [NS]
+    assert refused.value.status_code == 403 and refused.value.reason == "disk-limit"
+    assert refused.value.message.startswith("You already have 2 workspace disks")
+    assert spawner._rejected, "stop() must not clean up (write) after a refusal"
+    assert spawner.records[0][:3] == ("disk-refused", "PersistentVolumeClaim", "home-alice-c")
+
+    async with limiting.new_disk_guard(FakeSpawner(per_user=3, total=0), "DataVolume", "x"):
+        created.append("x")
+    assert created == ["x"]
+
+
+async def test_guard_without_limits_lists_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def list_disks(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        raise AssertionError("no limit configured: no API call")
+
+    monkeypatch.setattr(limiting, "list_disks", list_disks)
+    async with limiting.new_disk_guard(FakeSpawner(0, 0), "PersistentVolumeClaim", "home-alice-c"):
+        pass
