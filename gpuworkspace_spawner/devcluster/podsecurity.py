@@ -332,14 +332,23 @@ def enforced_policy(labels: Mapping[str, str]) -> tuple[str, str] | None:
     return level, version
 
 
-def admission_refusal(labels: Mapping[str, str], pod: Mapping[str, Any]) -> str | None:
-    """What the API server says when it refuses to create ``pod`` in a namespace with ``labels`` (a
-    pod created in a namespace enforcing baseline), or None when it admits it. ``restricted`` is not
-    ported: it raises :class:`NotImplementedError` rather than admit what the real one may refuse."""
-    policy = enforced_policy(labels)
+def pod_admission(labels: Mapping[str, str], pod: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+    """What the API server answers to creating ``pod`` in a namespace with ``labels``: the refusal
+    (``None`` when admitted) and warnings for the client.
+
+    Only the baseline checks are ported: a namespace enforcing ``restricted`` gets them (every
+    baseline violation is a restricted one too) and a warning saying that the rest is not checked.
+    A label the API server would not parse refuses the pod, naming the label.
+    """
+    try:
+        policy = enforced_policy(labels)
+    except PolicyLabelError as e:
+        return f"invalid Pod Security label on the namespace: {e}", []
     if policy is None or policy[0] == "privileged":
-        return None
-    if policy[0] == "restricted":
-        raise NotImplementedError("only the baseline checks are ported")
-    verdict = evaluate_baseline(pod, f"baseline:{policy[1]}")
-    return None if verdict.allowed else str(verdict)
+        return None, []
+    level, version = policy
+    warnings = []
+    if level == "restricted":
+        warnings.append(f'PodSecurity "restricted:{version}": this API server checks only its baseline rules')
+    verdict = evaluate_baseline(pod, f"{level}:{version}")
+    return (None if verdict.allowed else str(verdict)), warnings

@@ -25,13 +25,13 @@ from gpuworkspace_spawner.catalog.model import WorkspaceProfile
 from gpuworkspace_spawner.devcluster.podsecurity import (
     LABEL_PREFIX,
     PolicyLabelError,
-    admission_refusal,
     enforced_policy,
     evaluate_baseline,
+    pod_admission,
 )
 from gpuworkspace_spawner.manifests.pod import build_workspace_pod
 from gpuworkspace_spawner.manifests.vm import build_vm
-from tests.helm import MANIFESTS, REPO, WORKSPACE_NAMESPACE, load_yaml, manifests
+from tests.helm import REPO, WORKSPACE_NAMESPACE, load_yaml, manifests
 from tests.unit.manifests.scenarios import CPU, GPU_EXCLUSIVE, MIG, context
 from tests.unit.manifests.test_vm import VM_GPU, VM_WORKSTATION, vm_context
 
@@ -155,6 +155,12 @@ def test_the_pods_checked_here_are_the_golden_ones() -> None:
         assert _vm(profile) == load_yaml(GOLDEN / golden)
 
 
+def _refusal(labels: dict[str, str], pod: dict[str, Any]) -> str | None:
+    refusal, warnings = pod_admission(labels, pod)
+    assert warnings == []
+    return refusal
+
+
 # ------------------------------------------------------------------------------ the namespace
 def test_the_workspace_namespace_enforces_baseline_at_a_pinned_version() -> None:
     labels = _namespace_labels(WORKSPACE_NAMESPACE)
@@ -176,7 +182,7 @@ def test_no_shipped_role_can_relabel_a_namespace() -> None:
 @pytest.mark.parametrize("build", ADMITTED)
 def test_what_a_workspace_needs_is_admitted(build: Callable[[], dict[str, Any]]) -> None:
     pod = build()
-    assert admission_refusal(_namespace_labels(WORKSPACE_NAMESPACE), pod) is None
+    assert _refusal(_namespace_labels(WORKSPACE_NAMESPACE), pod) is None
     assert evaluate_baseline(pod).allowed
 
 
@@ -234,7 +240,7 @@ def test_a_workspace_pod_made_dangerous_is_refused_with_the_reason(
 ) -> None:
     pod = _workspace_pod()
     change(pod)
-    refusal = admission_refusal(_namespace_labels(WORKSPACE_NAMESPACE), pod)
+    refusal = _refusal(_namespace_labels(WORKSPACE_NAMESPACE), pod)
     assert refusal == f'violates PodSecurity "{POLICY}": {message}'
 
 
@@ -273,7 +279,7 @@ def test_a_virt_launcher_beyond_what_kubevirt_needs_by_default_is_refused(
     if host_disk:
         disk = {"name": "scratch", "hostDisk": {"path": "/var/scratch/disk.img", "type": "DiskOrCreate"}}
         spec["spec"]["template"]["spec"]["volumes"].append(disk)
-    refusal = admission_refusal(_namespace_labels(WORKSPACE_NAMESPACE), virt_launcher_pod(spec, root=root))
+    refusal = _refusal(_namespace_labels(WORKSPACE_NAMESPACE), virt_launcher_pod(spec, root=root))
     assert refusal == f'violates PodSecurity "{POLICY}": {message}'
 
 
@@ -371,13 +377,33 @@ def test_a_bad_policy_label_is_an_error_naming_it(labels: dict[str, str], error:
         enforced_policy(labels)
 
 
-def test_privileged_namespace_admits_everything_and_restricted_is_not_guessed() -> None:
+def test_privileged_or_unlabelled_namespaces_admit_everything() -> None:
     pod = _workspace_pod()
     pod["spec"]["hostPID"] = True
-    assert admission_refusal({f"{LABEL_PREFIX}enforce": "privileged"}, pod) is None
-    assert admission_refusal({}, pod) is None
-    with pytest.raises(NotImplementedError):
-        admission_refusal({f"{LABEL_PREFIX}enforce": "restricted"}, pod)
+    assert pod_admission({f"{LABEL_PREFIX}enforce": "privileged"}, pod) == (None, [])
+    assert pod_admission({}, pod) == (None, [])
+
+
+def test_restricted_is_enforced_with_the_baseline_checks_and_says_so() -> None:
+    pod = _workspace_pod()
+    labels = {f"{LABEL_PREFIX}enforce": "restricted", f"{LABEL_PREFIX}enforce-version": "v1.33"}
+    assert pod_admission(labels, pod) == (
+        None,
+        ['PodSecurity "restricted:v1.33": this API server checks only its baseline rules'],
+    )
+    pod["spec"]["hostPID"] = True
+    assert (
+        pod_admission(labels, pod)[0]
+        == 'violates PodSecurity "restricted:v1.33": host namespaces (hostPID=true)'
+    )
+
+
+def test_a_bad_label_refuses_the_pod_naming_the_label() -> None:
+    refusal, _ = pod_admission({f"{LABEL_PREFIX}enforce": "strict"}, _workspace_pod())
+    assert refusal == (
+        "invalid Pod Security label on the namespace: "
+        "pod-security.kubernetes.io/enforce: 'strict' is not one of privileged, baseline, restricted"
+    )
 
 
 def test_the_agent_namespace_stays_privileged() -> None:
@@ -385,4 +411,8 @@ def test_the_agent_namespace_stays_privileged() -> None:
     assert enforced_policy(_namespace_labels("gpuworkspace-system")) == ("privileged", "latest")
     agent = next(d for _, d in manifests() if d["kind"] == "DaemonSet")
     assert "hostPID" in evaluate_baseline(agent["spec"]["template"]).forbidden[0].detail
-    assert (MANIFESTS / "00-namespaces.yaml").is_file()
+    namespaces = [d["metadata"]["name"] for _, d in manifests() if d["kind"] == "Namespace"]
+    privileged = [
+        n for n in namespaces if (enforced_policy(_namespace_labels(n)) or ("",))[0] == "privileged"
+    ]
+    assert privileged == ["gpuworkspace-system"]
