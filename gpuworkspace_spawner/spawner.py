@@ -46,6 +46,8 @@ from .manifests.names import ANN_LAST_NODE, DISK_HOME, LABEL_DISK, WorkspaceCont
 from .manifests.pod import build_workspace_pod
 from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
 from .manifests.vm import vm_names
+from .probecredentials import STATE_KEY as PROBE_STATE_KEY
+from .probecredentials import issue_probe_token, probe_token_from_state, revoke_probe_tokens
 from .vmruntime import VMRuntime
 
 CATALOG_RELOAD_FAILURES = Counter(
@@ -121,6 +123,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         self._catalog_version = ""
         self._rejected = False
         self.workspace_state: dict[str, Any] = {}
+        self._probe_token: str | None = None  # the culler's credential for this server alone
         super().__init__(*args, **kwargs)
 
     @default("pvc_name_template")
@@ -281,6 +284,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     async def _start_workspace(self) -> Any:
         await self.load_user_options()
+        self._issue_probe_credential()
         self._save_state_now()
         if self.runtime == "vm":
             return await self._start_vm_audited()
@@ -558,6 +562,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
     # --- stop and delete -----------------------------------------------------------------------
 
     async def stop(self, now: bool = False) -> None:
+        self._revoke_probe_credential()
         if self._rejected:  # refused before any cluster write: nothing to clean up
             self._rejected = False
             return
@@ -664,7 +669,25 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             }
         elif self.workspace_state:
             state["gpuworkspace"] = dict(self.workspace_state)
+        if self._probe_token:
+            state[PROBE_STATE_KEY] = self._probe_token
         return state
+
+    def _issue_probe_credential(self) -> None:
+        """A token that opens this server alone, for the idle culler's probes (:mod:`.probecredentials`).
+
+        The culler reads it from this server's state; it never sends its own token to user code.
+        """
+        orm_user = getattr(self.user, "orm_user", None)
+        if orm_user is None:  # no hub database (a spawner built outside a hub): nothing to issue
+            return
+        self._probe_token = issue_probe_token(orm_user, self.name or "")
+
+    def _revoke_probe_credential(self) -> None:
+        self._probe_token = None
+        orm_user = getattr(self.user, "orm_user", None)
+        if orm_user is not None:
+            revoke_probe_tokens(orm_user, self.name or "")
 
     def _save_state_now(self) -> None:
         """Store the state (runtime, names) at the start of a start, not only after it as JupyterHub does:
@@ -678,12 +701,14 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.workspace_state = dict(state.get("gpuworkspace") or {})
+        self._probe_token = probe_token_from_state(state)
 
     def clear_state(self) -> None:
         """Forget the last start, but keep the runtime: delete_forever (on a stopped server) needs it."""
         super().clear_state()
         runtime = self.runtime
         self._selection, self._catalog_version, self._rejected = None, "", False
+        self._probe_token = None  # revoked by stop(); a start issues a new one
         self.workspace_state = {"runtime": runtime}
 
     # --- audit ---------------------------------------------------------------------------------

@@ -405,7 +405,7 @@ CULLER_SCOPES = [
     "read:users:activity",
     "read:servers",
     "delete:servers",
-    "access:servers",
+    "admin:server_state",
     "read:users:groups",
 ]
 
@@ -427,12 +427,17 @@ def _register_culler_service() -> None:
     - ``read:users:activity``: each user's and server's ``last_activity`` in that list;
     - ``read:servers``: each server's ``started``, ``url`` and ``user_options`` (the profile) in that list;
     - ``delete:servers``: stop a server (``DELETE /hub/api/users/<u>/servers/<s>``; never ``remove``);
-    - ``access:servers``: probe the single-user servers through the proxy (``/api/status``,
-      ``/api/kernels``, ``/api/terminals``) and, with save-first, ask them to save open notebooks;
+    - ``admin:server_state``: each server's state in that list, which holds the server's own probe
+      token (``gpuworkspace_spawner.probecredentials``: scope ``access:servers!server=<user>/<server>``,
+      issued by the spawner at each start, revoked at the stop). The probes of ``/api/status``,
+      ``/api/kernels``, ``/api/terminals`` and, with save-first, the checkpoints carry that token, never
+      the culler's own: they end in user code, and the token opens that one server only;
     - ``read:users:groups``: each user's groups, for ``exempt_groups`` (without it, group exemptions
       would silently never match, and an exempt user's server would be stopped).
 
-    It gets no ``admin:*`` scope, cannot start servers, read tokens or change users. Users get
+    It gets no ``access:servers``: its own token opens no single-user server. Its one ``admin:*``
+    scope is ``admin:server_state`` (read the servers' state); it cannot start servers, read tokens or
+    change users. Users get
     ``access:services!service=gpuworkspace-culler`` so that their browser can log in to it: the home
     page's banner reads their own warnings from ``api/v1/notices``, and the status page shows their
     servers.

@@ -2,6 +2,8 @@
 
 Exit status 0 when valid, 1 when not, 2 for a usage error. ``--schema KIND`` prints the JSON Schema
 of a document kind (WorkspaceProfile or WorkspaceCatalog), for editors that validate YAML.
+``--network-policies`` prints the workspace namespace's NetworkPolicies built from the catalog's
+network profiles (the file shipped as helm-values/extra-manifests/50-networkpolicies.yaml).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+
+from gpuworkspace_spawner.manifests.networkpolicy import PolicyScope, render_network_policies
 
 from .errors import CatalogError
 from .loading import load_catalog
@@ -23,6 +27,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("path", nargs="?", help="the catalog file or directory")
     parser.add_argument("--schema", choices=sorted(SCHEMAS), help="print the JSON Schema of a document kind")
+    parser.add_argument(
+        "--network-policies",
+        action="store_true",
+        help="print the NetworkPolicies of the catalog's network profiles",
+    )
+    parser.add_argument("--namespace", default="gpu-workspaces", help="the workspace namespace")
+    parser.add_argument("--hub-namespace", default="jhub", help="the namespace of the hub and proxy")
+    parser.add_argument("--release", default="jhub", help="the z2jh Helm release name")
     args = parser.parse_args(argv)
     if args.schema:
         print(json.dumps(SCHEMAS[args.schema], indent=2))
@@ -34,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CatalogError as exc:
         print(exc, file=sys.stderr)
         return 1
+    if args.network_policies:
+        scope = PolicyScope(namespace=args.namespace, hub_namespace=args.hub_namespace, release=args.release)
+        print(render_network_policies(catalog.network, scope), end="")
+        return 0
     count = len(catalog.profiles)
     print(f"ok: {count} profile{'s' if count != 1 else ''}, version {catalog.version}")
     return 0

@@ -42,6 +42,7 @@ class CatalogSettings:
 
     allow_image_tags: bool = False
     node_pools: frozenset[str] = frozenset()
+    network_profiles: frozenset[str] = frozenset()
 
 
 def _is_vm(spec: Mapping[str, Any]) -> bool:
@@ -84,6 +85,17 @@ def check_node_pool(spec: Mapping[str, Any], settings: CatalogSettings) -> Itera
             ", ".join(sorted(settings.node_pools)) or "none (add nodePools to the WorkspaceCatalog document)"
         )
         yield "spec.placement.nodePool", f"{pool!r} is not a node pool of this catalog; known pools: {known}"
+
+
+def check_network_profile(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
+    name = spec.get("security", {}).get("networkProfile")
+    if name is not None and name not in settings.network_profiles:
+        known = ", ".join(sorted(settings.network_profiles)) or "none"
+        yield (
+            "spec.security.networkProfile",
+            f"{name!r} is not a network profile of this catalog (network.profiles in the WorkspaceCatalog "
+            f"document); known profiles: {known}",
+        )
 
 
 def _quantities(resources: Mapping[str, Any]) -> Iterator[tuple[str, str, str, Decimal | None]]:
@@ -430,6 +442,7 @@ CHECKS: tuple[Callable[[Mapping[str, Any], CatalogSettings], Iterator[Finding]],
     check_image,
     check_runtime,
     check_node_pool,
+    check_network_profile,
     check_quantities,
     check_requests_within_limits,
     check_gpu_mode,

@@ -17,6 +17,7 @@ from .checks import CatalogSettings, profile_findings
 from .errors import CatalogError, CatalogProblem
 from .files import CatalogFiles, read_files
 from .model import CATALOG_KIND, PROFILE_KIND, Catalog, NodePool, WorkspaceProfile
+from .network import NetworkSettings, build_network, network_findings
 from .parsing import Document, parse_documents
 from .validation import schema_problems
 
@@ -28,6 +29,7 @@ class _CatalogDoc:
     version: str | None = None
     settings: CatalogSettings = field(default_factory=CatalogSettings)
     pools: dict[str, NodePool] = field(default_factory=dict)
+    network: NetworkSettings = field(default_factory=NetworkSettings)
     valid: bool = True  # False: the WorkspaceCatalog document has problems, so build no profile
 
 
@@ -72,10 +74,24 @@ def _catalog_doc(docs: list[Document], problems: list[CatalogProblem]) -> _Catal
     pools = spec.get("nodePools")
     pool_names = frozenset(pools) if isinstance(pools, dict) else frozenset()
     tags = spec.get("allowImageTags")
-    settings = CatalogSettings(allow_image_tags=tags is True, node_pools=pool_names)
+    settings = CatalogSettings(
+        allow_image_tags=tags is True, node_pools=pool_names, network_profiles=_network_profile_names(spec)
+    )
+    if not found:
+        found = [
+            CatalogProblem(first.file, None, where, message) for where, message in network_findings(spec)
+        ]
+        problems.extend(found)
     if found:
         return _CatalogDoc(settings=settings, valid=False)
-    return _CatalogDoc(version=spec["version"], settings=settings, pools=build_node_pools(spec))
+    pools = build_node_pools(spec)
+    return _CatalogDoc(version=spec["version"], settings=settings, pools=pools, network=build_network(spec))
+
+
+def _network_profile_names(spec: Mapping[str, Any]) -> frozenset[str]:
+    network = spec.get("network")
+    profiles = network.get("profiles") if isinstance(network, dict) else None
+    return frozenset(profiles) if isinstance(profiles, dict) else frozenset()
 
 
 def _profile(doc: Document, catalog: _CatalogDoc, problems: list[CatalogProblem]) -> WorkspaceProfile | None:
@@ -143,4 +159,5 @@ def parse_catalog(files: CatalogFiles, root: str) -> Catalog:
         profiles=tuple(profiles),
         sources=tuple(file.name for file in files.files),
         allow_image_tags=catalog.settings.allow_image_tags,
+        network=catalog.network,
     )

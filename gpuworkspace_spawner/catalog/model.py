@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .network import NetworkSettings
+
 API_VERSION = "gpuworkspace.dev/v1alpha1"
 PROFILE_KIND = "WorkspaceProfile"
 CATALOG_KIND = "WorkspaceCatalog"
@@ -194,6 +196,7 @@ class Catalog:
     profiles: tuple[WorkspaceProfile, ...]
     sources: tuple[str, ...] = ()
     allow_image_tags: bool = False
+    network: NetworkSettings = field(default_factory=NetworkSettings)
 
     def get(self, slug: str) -> WorkspaceProfile | None:
         return next((p for p in self.profiles if p.slug == slug), None)

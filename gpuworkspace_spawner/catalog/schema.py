@@ -182,6 +182,48 @@ VM: dict[str, Any] = _obj(
     },
     required=("dataSource", "cpu", "memory"),
 )
+CIDR: dict[str, Any] = _string(43)  # parsed in network.py, whose messages say what is wrong
+CIDRS: dict[str, Any] = {"type": "array", "items": CIDR, "maxItems": 64}
+PORT_NUMBER: dict[str, Any] = {
+    "type": "integer",
+    "minimum": 1,
+    "maximum": 65535,
+    "errorMessage": "{value} is not a port number (1 to 65535)",
+}
+NETWORK_PORT: dict[str, Any] = {
+    "oneOf": [
+        PORT_NUMBER,
+        _obj(
+            {"port": PORT_NUMBER, "endPort": PORT_NUMBER, "protocol": {"enum": ["TCP", "UDP", "SCTP"]}},
+            required=("port",),
+        ),
+    ],
+    "errorMessage": "{value} is not a port: use 443, or {port: 30000, endPort: 32767, protocol: TCP}",
+}
+EGRESS_ALLOW: dict[str, Any] = _obj(
+    {
+        "cidrs": {**CIDRS, "minItems": 1},
+        "except": CIDRS,
+        "ports": {"type": "array", "items": NETWORK_PORT, "minItems": 1, "maxItems": 32},
+    },
+    required=("cidrs", "ports"),
+)
+NETWORK: dict[str, Any] = _obj(
+    {
+        "blockedCidrs": CIDRS,
+        "profiles": {
+            "type": "object",
+            "propertyNames": {"pattern": DNS_LABEL_PATTERN},
+            "additionalProperties": _obj(
+                {
+                    "description": _string(2000, min_length=0),
+                    "egress": {"type": "array", "items": EGRESS_ALLOW, "maxItems": 32},
+                }
+            ),
+        },
+    },
+    required=("blockedCidrs",),
+)
 NON_NEGATIVE_ID: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 2147483647}
 NOT_ROOT = "{value}: workspaces never run as root (uid 0); use an integer uid of 1 or more"
 
@@ -269,6 +311,7 @@ CATALOG_SCHEMA: dict[str, Any] = _document(
                 "propertyNames": {"pattern": DNS_LABEL_PATTERN},
                 "additionalProperties": NODE_POOL,
             },
+            "network": NETWORK,
         },
         required=("version",),
     ),

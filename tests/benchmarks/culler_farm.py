@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpuworkspace_spawner.probecredentials import STATE_KEY
+
 TOKEN = "bench-culler-token"
 SERVICE = "gpuworkspace-culler"
 ATTRIBUTION_PREFIX = "/services/gpuworkspace-attribution/"
@@ -61,7 +63,7 @@ HUB_VERSION = "6.1.1"
 PAGE_DEFAULT, PAGE_MAX = 50, 200  # JupyterHub's api_page_default_limit, api_page_max_limit
 PAGINATION = "application/jupyterhub-pagination+json"
 SCOPES = [
-    "access:servers",
+    "admin:server_state",
     "delete:servers",
     "list:users",
     "read:servers",
@@ -211,7 +213,14 @@ def server_model(s: Server) -> dict[str, Any]:
         "progress_url": f"/hub/api/users/{s.user}/server/progress",
         "full_url": None,
         "full_progress_url": None,
+        # the spawner's per-server probe token, shown to admin:server_state (the culler's role)
+        "state": {STATE_KEY: probe_token(s.user)},
     }
+
+
+def probe_token(user: str) -> str:
+    """The server's own probe token: the only credential a single-user server accepts here."""
+    return f"probe-{user}"
 
 
 def user_model(s: Server) -> dict[str, Any]:
@@ -341,7 +350,7 @@ def build_app(state: FarmState) -> Any:  # noqa: C901
             state.tracked += 1
         state.in_flight += 1
         try:
-            if kind != "attribution" and not _authorized(request):
+            if kind != "attribution" and not _authorized(request, kind):
                 return error(403, "missing or invalid token")
             cfg = state.config
             latency = cfg.hub_latency_s
@@ -360,8 +369,13 @@ def build_app(state: FarmState) -> Any:  # noqa: C901
             state.in_flight -= 1
             state.last_end = time.monotonic()
 
-    def _authorized(request: web.Request) -> bool:
-        return request.headers.get("Authorization", "") in (f"token {TOKEN}", f"Bearer {TOKEN}")
+    def _authorized(request: web.Request, kind: str) -> bool:
+        """The hub takes the service token; a server only its own probe token (never the service's)."""
+        token = TOKEN
+        if kind.startswith("server"):
+            parts = request.path.split("/")
+            token = probe_token(parts[2]) if len(parts) > 2 else ""  # /user/<name>/api/...
+        return request.headers.get("Authorization", "") in (f"token {token}", f"Bearer {token}")
 
     async def root(request: web.Request) -> web.Response:
         return json_response({"version": HUB_VERSION})

@@ -19,3 +19,7 @@ c.CullerApp.exempt_profiles = {"e2e-cull-exempt"}
 c.CullerApp.warn_before = [16, 8]  # two stages
 c.CullerApp.gpu_busy_percent = 10
 c.CullerApp.timeout = 5
+# checkpoints of open notebooks before a stop (test_culler.py: the hostile server sees them too)
+c.CullerApp.save_first = True
+# a process busy in a silent terminal (a third of a core) is activity; an idle server is far below it
+c.CullerApp.cpu_busy_cores = 0.1

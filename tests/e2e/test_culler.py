@@ -20,6 +20,12 @@ user                      profile             what happens                      
 ``cull-exempt``           ``e2e-cull-exempt`` an idle kernel                          → never warned
 ``cull-back``             ``e2e-cull``        an idle kernel; code run after the      → warnings
                                               first warning                             withdrawn, no stop
+``cull-quiet``            ``e2e-cull``        a process busy in a terminal that       → never warned
+                                              prints nothing (its CPU use shows)
+``cull-snoop``            ``e2e-cull``        a hostile server: its user's            → warned, stopped;
+                                              ``~/.jupyter/jupyter_server_config.py``   every credential
+                                              records every request's headers; an       it captured is
+                                              open notebook (save-first checkpoints)    refused elsewhere
 ========================  ==================  ========================================================
 
 bob (an OIDC user) also sees his warning on the hub's home page in chromium. Evidence comes from the
@@ -33,12 +39,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,6 +65,25 @@ CYCLE_S = 2.0  # GPUWS_CULLER_INTERVAL in conftest.py
 MARGIN_S = 3 * CYCLE_S  # for a cycle, the request that reads it, and a slow machine
 BUSY_CODE = "import time; time.sleep(600)"
 CLOCK = re.compile(r"\d\d:\d\d:\d\d")  # in what date prints
+# a process that prints nothing and keeps about a third of a core busy (50 ms of work every 150 ms)
+SILENT_BUSY = (
+    "date; python3 -c \"exec('import time\\nwhile 1:\\n t=time.time()\\n while time.time()-t<0.05: pass"
+    "\\n time.sleep(0.1)')\"\r"
+)
+# What a hostile user puts on their home disk: their server records every request it receives.
+RECORDER = """
+import json
+
+
+def _record(handler):
+    with open({path!r}, "a") as out:
+        request = handler.request
+        out.write(json.dumps({{"method": request.method, "uri": request.uri, "headers": dict(request.headers)}}))
+        out.write("\\n")
+
+
+c.ServerApp.tornado_settings = {{"log_function": _record}}
+"""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -274,6 +302,121 @@ def terminal_loop(stack: HubStack, ws: Workspace) -> None:
     ws.seen["output"] = asyncio.run(_type(url, ws.token, "while true; do date; sleep 2; done\r"))
 
 
+def silent_terminal_process(stack: HubStack, ws: Workspace) -> None:
+    """A terminal that prints the date once, then runs a busy process that prints nothing."""
+    status, terminal = ws.api(stack, "POST", "terminals", {})
+    assert status == 200, terminal
+    url = ws.ws_url(stack, f"terminals/websocket/{terminal['name']}")
+    ws.seen["terminal"] = terminal["name"]
+    ws.seen["output"] = asyncio.run(_type(url, ws.token, SILENT_BUSY))
+
+
+def hostile_server(stack: HubStack, ws: Workspace) -> None:
+    """Put the recorder on the home disk (from the kernel), restart the server with it, open a notebook."""
+    capture = ws.seen["capture"]
+    ws.kernel = start_kernel(stack, ws)
+    config = RECORDER.format(path=str(capture))
+    code = (
+        "import os, pathlib; d = pathlib.Path.home() / '.jupyter'; d.mkdir(exist_ok=True); "
+        f"(d / 'jupyter_server_config.py').write_text({config!r})"
+    )
+    execute(stack, ws, code, until_state="idle")
+    stack.hub.stop_server(ws.user, SERVER)
+    stack.hub.start_server(ws.user, SERVER, {"profile": ws.profile})
+    stack.hub.wait_ready(ws.user, SERVER, timeout_s=240, interval_s=0.5)
+    ws.started = parse_time((stack.hub.server(ws.user, SERVER) or {})["started"])
+    notebook = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    status, body = ws.api(stack, "PUT", "contents/snoop.ipynb", {"type": "notebook", "content": notebook})
+    assert status in (200, 201), body
+    status, session = ws.api(
+        stack, "POST", "sessions", {"path": "snoop.ipynb", "type": "notebook", "kernel": {"name": "python3"}}
+    )
+    assert status == 201, session
+    ws.kernel = str(session["kernel"]["id"])
+    execute(stack, ws, "pass", until_state="idle")
+    wait_for(capture.exists, 30, "the recorder's first request", None, 0.5)
+
+
+def captured(ws: Workspace) -> list[dict[str, Any]]:
+    path = ws.seen["capture"]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def credentials_of(requests: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Every credential the requests carried: Authorization header values and cookies."""
+    found: dict[str, set[str]] = {"Authorization": set(), "Cookie": set()}
+    for request in requests:
+        headers = {k.lower(): v for k, v in request["headers"].items()}
+        for name, values in found.items():
+            if headers.get(name.lower()):
+                values.add(headers[name.lower()])
+    return found
+
+
+def culler_requests(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The requests the culler sent: its probes carry no_track_activity, its checkpoints are POSTs."""
+    return [
+        r
+        for r in requests
+        if "no_track_activity=1" in r["uri"] or (r["method"] == "POST" and r["uri"].endswith("/checkpoints"))
+    ]
+
+
+# Refused: 403, or, from the hub's API, 404 where the token may not even see that user (JupyterHub
+# answers so rather than confirm the user exists).
+REFUSED = {403}
+HUB_REFUSED = {403, 404}
+
+
+def refused(answers: dict[str, int]) -> bool:
+    return all(code in (HUB_REFUSED if what in HUB_TARGETS else REFUSED) for what, code in answers.items())
+
+
+HUB_TARGETS = ("the stop API", "the user list")
+
+
+def try_elsewhere(stack: HubStack, header: str, value: str) -> dict[str, int]:
+    """The credential against another user's server, the stop API, the user list and the disk API."""
+    other = f"/user/cull-busy/{SERVER}"
+    targets = {
+        "another user's server": ("GET", f"{other}/api/status"),
+        "another user's kernels": ("GET", f"{other}/api/kernels"),
+        "the stop API": ("DELETE", f"/hub/api/users/cull-busy/servers/{SERVER}"),
+        "the user list": ("GET", "/hub/api/users"),
+        "another user's disk": ("GET", f"/services/gpuworkspace-disks/api/v1/workspaces/cull-busy/{SERVER}"),
+        "another user's GPU use": (
+            "GET",
+            "/services/gpuworkspace-attribution/api/v1/workspaces?user=cull-busy",
+        ),
+    }
+    return {
+        what: http(method, stack.url + path, None, headers={header: value})[0]
+        for what, (method, path) in targets.items()
+    }
+
+
+def snooped_then_stopped(stack: HubStack, watch: Watch, ws: Workspace) -> None:
+    """At the first warning, the culler's credential opens this server alone; then the stop."""
+    first = until(lambda: watch.warned(ws.user), f"a warning to {ws.user}", 150)
+    ws.seen["first_warning"] = first
+    creds = credentials_of(culler_requests(captured(ws)))["Authorization"]
+    ws.seen["culler_credentials_while_running"] = creds
+    ws.seen["own_server_while_running"] = {
+        c: http("GET", f"{stack.url}/user/{ws.user}/{SERVER}/api/status", None, headers={"Authorization": c})[
+            0
+        ]
+        for c in creds
+    }
+    ws.seen["elsewhere_while_running"] = {c: try_elsewhere(stack, "Authorization", c) for c in creds}
+    services = ("/services/gpuworkspace-disks/api/v1/workspaces", f"{CULLER_API}/notices")
+    ws.seen["services_while_running"] = {
+        (c, path): http("GET", stack.url + path, None, headers={"Authorization": c})[0]
+        for c in creds
+        for path in services
+    }
+    ws.seen["stopped_at"] = gone(stack, ws)
+
+
 def gone(stack: HubStack, ws: Workspace, timeout_s: float = 120) -> float:
     """Wait for the culler to stop the server; when the hub stopped listing it."""
     wait_for(
@@ -323,6 +466,8 @@ def plan() -> dict[str, tuple[Workspace, Setup, Follow | None]]:
         "cull-max": (Workspace("cull-max", "e2e-cull-max"), busy_kernel, stopped_after_warnings),
         "cull-exempt": (Workspace("cull-exempt", "e2e-cull-exempt"), idle_kernel, None),
         "cull-back": (Workspace("cull-back", "e2e-cull"), idle_kernel, activity_after_warning),
+        "cull-quiet": (Workspace("cull-quiet", "e2e-cull"), silent_terminal_process, None),
+        "cull-snoop": (Workspace("cull-snoop", "e2e-cull"), hostile_server, snooped_then_stopped),
     }
 
 
@@ -443,6 +588,8 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
     since = datetime.now(UTC)
     scenarios = plan()
     workspaces = {user: ws for user, (ws, _, _) in scenarios.items()}
+    capture_dir = Path(tempfile.mkdtemp(prefix="gpuws-e2e-snoop-"))
+    workspaces["cull-snoop"].seen["capture"] = capture_dir / "requests.jsonl"
     for ws in workspaces.values():
         if stack.hub.api("GET", f"/users/{ws.user}")[0] == 404:
             assert stack.hub.api("POST", f"/users/{ws.user}")[0] == 201
@@ -465,6 +612,9 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
             result.notice_error = e
         for thread in threads:
             thread.join(300)
+        snoop = workspaces["cull-snoop"]
+        if snoop.error is None and snoop.seen["capture"].exists():  # the server is stopped: all it saw
+            snoop.seen["requests"] = captured(snoop)
         # the servers to be kept: watched past the time they would have been stopped when idle
         idle = max(t for p, t in policy["idle_timeout_by_profile"].items() if p.startswith("e2e-cull"))
         set_up = max((ws.set_up_at for ws in workspaces.values()), default=0.0)
@@ -479,6 +629,7 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         yield result
     finally:
         watch.done.set()
+        shutil.rmtree(capture_dir, ignore_errors=True)
         try:
             stop_all(stack, list(workspaces))
         finally:
@@ -606,3 +757,48 @@ def test_the_home_page_shows_the_warning(run: Run) -> None:
     assert f"Your server '{SERVER}' will be stopped at" in text, text
     assert "cancels this" in text and "Your disk is kept." in text, text
     assert run.notice["screenshot"].stat().st_size > 10_000
+
+
+def test_a_process_busy_in_a_silent_terminal_keeps_the_workspace(run: Run) -> None:
+    ws = run.ws("cull-quiet")
+    assert ws.seen["output"], ws.seen  # the date, printed before the silent process started
+    assert_never_warned(run, ws.user)
+    sources = {d["activity_source"] for d in run.watch.all(ws.user)}
+    assert "cpu" in sources, sources  # the kubelet's CPU figures kept it; the terminal was silent
+    assert run.ended_at - ws.set_up_at > run.policy["idle_timeout_by_profile"]["e2e-cull"]
+
+
+def test_what_the_culler_sends_to_a_hostile_server_opens_nothing_else(run: Run, stack: HubStack) -> None:
+    """Seed 000's security rule: nothing sent to user code carries a credential beyond that one server."""
+    ws = run.ws("cull-snoop")
+    # the hostile server went through a full culler cycle: warned twice, checkpointed, stopped
+    warned = run.records(ws.user, "workspace-cull-warned")
+    assert [(r["details"]["stage"], r["details"]["reason"]) for r in warned] == [(0, "idle"), (1, "idle")]
+    stops = run.records(ws.user, "workspace-stopped")
+    assert [r["details"]["reason"] for r in stops] == ["idle"], run.records(ws.user)
+    assert stops[0]["details"]["checkpointed"] == ["snoop.ipynb"], stops[0]
+    requests = ws.seen["requests"]
+    from_culler = culler_requests(requests)
+    paths = {r["uri"].split("?")[0].rsplit("/api/", 1)[-1] for r in from_culler}
+    assert {"status", "kernels", "sessions", "contents/snoop.ipynb/checkpoints"} <= paths, paths
+    culler_creds = credentials_of(from_culler)
+    assert culler_creds["Authorization"] and not culler_creds["Cookie"], culler_creds
+    assert f"token {ws.token}" not in culler_creds["Authorization"]  # not the user's token: the culler's
+    # while it ran, the culler's credential opened this server (it is real) and nothing else
+    assert set(ws.seen["own_server_while_running"].values()) == {200}, ws.seen["own_server_while_running"]
+    for credential, answers in ws.seen["elsewhere_while_running"].items():
+        assert set(answers.values()) == {403}, (credential[:12], answers)  # the probe token: 403 everywhere
+    # everything it captured (the culler's and its own user's credentials), tried after the stop
+    everything = credentials_of(requests)
+    assert everything["Authorization"] >= culler_creds["Authorization"]
+    for header, values in everything.items():
+        for value in values:
+            answers = try_elsewhere(stack, header, value)
+            assert refused(answers), (header, value[:12], answers)
+    # the culler's credential opened no service even for its own user (it was made for one server)
+    assert set(ws.seen["services_while_running"].values()) == {403}, ws.seen["services_while_running"]
+    # and it was revoked at the stop
+    for credential in culler_creds["Authorization"]:
+        status, _ = http("GET", f"{stack.url}/hub/api/user", None, headers={"Authorization": credential})
+        assert status == 403, status
+    assert stack.hub.server("cull-busy", SERVER) is not None  # no stop API call got through

@@ -283,7 +283,7 @@ def test_hub_config_registers_what_the_values_mirror(hub: Any) -> None:
             "read:users:activity",
             "read:servers",
             "delete:servers",
-            "access:servers",
+            "admin:server_state",
             "read:users:groups",
         ]
     )

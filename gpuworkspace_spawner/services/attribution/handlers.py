@@ -18,7 +18,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 from tornado.httputil import url_concat
 
-from ..disks.access import may_read_metrics, may_use_service, reads_every_server, who
+from ..disks.access import (
+    access_refused,
+    grants_anything_here,
+    may_read_metrics,
+    may_use_service,
+    reads_every_server,
+    who,
+)
 from ..serving import JsonErrors, ServiceError
 from . import access, dashboard
 from .aggregate import RANKINGS
@@ -56,12 +63,16 @@ class Base(JsonErrors):
 class ApiHandler(Base):
     """JSON API: any hub token (or this service's OAuth cookie) identifies the caller; scopes decide."""
 
+    needs_service_access = True  # refuse a token that grants nothing here (access.grants_anything_here)
+
     async def prepare(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         model = await self.hub_auth.get_user(self, sync=False)
         if not model:
             raise ServiceError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
+        if self.needs_service_access and not grants_anything_here(model, self.state.service):
+            raise ServiceError(403, access_refused(model, self.state.service))
         self.caller = model
 
     def may_read_user(self, user: str) -> bool:
@@ -192,6 +203,8 @@ class StatusHandler(ApiHandler):
 
 class MetricsHandler(ApiHandler):
     """Prometheus text; needs ``read:metrics`` unless started with ``--metrics-public``."""
+
+    needs_service_access = False  # a scraper's token needs read:metrics only (checked below)
 
     async def prepare(self) -> None:
         if not self.state.metrics_public:

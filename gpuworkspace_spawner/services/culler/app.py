@@ -154,6 +154,12 @@ class CullerApp(Application):
     gpu_busy_percent = Float(10.0, help="A GPU utilisation sample at or above this percent is activity.").tag(
         config=True
     )
+    cpu_busy_cores = Float(
+        0.25,
+        help="The workspace pod's CPU use (from the attribution service, as the kubelet measures it) at "
+        "or above this many cores is activity: it keeps a process busy in a terminal that prints nothing. "
+        "0: CPU use is never activity.",
+    ).tag(config=True)
     exempt_users = Set(Unicode(), help="Users whose servers are never culled.").tag(config=True)
     exempt_groups = Set(Unicode(), help="Hub groups whose members' servers are never culled.").tag(
         config=True
@@ -257,6 +263,12 @@ class CullerApp(Application):
             raise TraitError(f"CullerApp.gpu_busy_percent must be within 0..100, not {proposal.value!r}")
         return float(proposal.value)
 
+    @validate("cpu_busy_cores")
+    def _cores(self, proposal: Any) -> float:
+        if not 0 <= proposal.value < 1e6:  # noqa: PLR2004 - a CPU count
+            raise TraitError(f"CullerApp.cpu_busy_cores must be >= 0, not {proposal.value!r}")
+        return float(proposal.value)
+
     @validate("arbiter_hook")
     def _hook(self, proposal: Any) -> Any:
         load_hook(proposal.value)  # fail at start, naming the option
@@ -282,6 +294,7 @@ class CullerApp(Application):
             max_duration_by_profile=longest | dict(self.max_duration_by_profile),
             warn_before=tuple(self.warn_before),
             gpu_busy_percent=self.gpu_busy_percent,
+            cpu_busy_cores=self.cpu_busy_cores,
             exempt_users=frozenset(self.exempt_users),
             exempt_groups=frozenset(self.exempt_groups),
             exempt_profiles=frozenset(self.exempt_profiles),

@@ -62,6 +62,7 @@ def build_workspace(server: RunningServer, reading: GpuReading | None) -> Worksp
         groups=server.groups,
         exempt_annotation=bool(reading and reading.cull_exempt),
         gpu=reading.gpu if reading else None,
+        cpu=reading.cpu if reading else None,
     )
 
 
@@ -89,10 +90,10 @@ class Culler:
         first_request = http.requests
         errors: list[str] = []
         servers, readings = await self._list(now, errors)
-        urls = {s.key: s.url for s in servers}
+        endpoints = {s.key: s for s in servers}  # each server's URL and its own probe token
         limit = asyncio.Semaphore(max(1, self.options.concurrency))  # probes, then stops
         workspaces = [build_workspace(s, readings.get(s.key)) for s in servers]
-        workspaces, probed = await self._probe_all(workspaces, urls, now, limit, errors)
+        workspaces, probed = await self._probe_all(workspaces, endpoints, now, limit, errors)
         given = self.state.book.all()
         decisions = decide_all(workspaces, self.state.policy, given, now=now)
         by_key = {w.key: w for w in workspaces}
@@ -103,14 +104,18 @@ class Culler:
         if not self.state.dry_run:
             for decision in decisions:
                 self._apply_warnings(by_key[decision.key], decision, readings.get(decision.key), now)
+        # the warnings given and the decisions change together, before the stops' awaits (save-first,
+        # the hub): the API never shows warnings withdrawn beside the decision that gave them
+        self._record(workspaces, decisions, readings)
+        if not self.state.dry_run:
 
             async def stop(decision: Decision) -> int:
                 ws = by_key[decision.key]
                 async with limit:
-                    return await self._stop(ws, decision, readings.get(ws.key), urls[ws.key], now, errors)
+                    server = endpoints[ws.key]
+                    return await self._stop(ws, decision, readings.get(ws.key), server, now, errors)
 
             stopped = sum(await asyncio.gather(*(stop(d) for d in stops)))
-        self._record(workspaces, decisions, readings)
         report = CycleReport(
             started_at=started_at,
             finished_at=self.clock(),
@@ -141,7 +146,11 @@ class Culler:
     ) -> tuple[list[RunningServer], dict[Key, GpuReading]]:
         """The running servers and the GPU readings, asked at the same time."""
         policy = self.state.policy
-        reading = self.gpu.read(busy_percent=policy.gpu_busy_percent, now=now) if self.gpu else None
+        reading = (
+            self.gpu.read(busy_percent=policy.gpu_busy_percent, now=now, cpu_busy_cores=policy.cpu_busy_cores)
+            if self.gpu
+            else None
+        )
         servers, readings = await asyncio.gather(self.hub.running_servers(), reading or _nothing())
         if self.gpu is not None and self.gpu.error is not None:
             errors.append(f"GPU evidence: {self.gpu.error}")
@@ -150,7 +159,7 @@ class Culler:
     async def _probe_all(
         self,
         workspaces: list[Workspace],
-        urls: dict[Key, str],
+        endpoints: dict[Key, RunningServer],
         now: datetime,
         limit: asyncio.Semaphore,
         errors: list[str],
@@ -159,7 +168,7 @@ class Culler:
         prober = self.prober
         if prober is None:
             return workspaces, 0
-        prober.keep_only(urls)
+        prober.keep_only(endpoints)
         policy, book = self.state.policy, self.state.book
 
         async def one(ws: Workspace) -> tuple[Workspace, bool]:
@@ -170,7 +179,10 @@ class Culler:
                 return decide_all([candidate], policy, {ws.key: given}, now=now)[0]
 
             async with limit:
-                probe, asked = await prober.probe(ws, urls[ws.key], judge, idle_warned=idle_warned, now=now)
+                server = endpoints[ws.key]
+                probe, asked = await prober.probe(
+                    ws, server.url, judge, token=server.probe_token, idle_warned=idle_warned, now=now
+                )
             if probe is not None and probe.error:
                 errors.append(f"{_name(ws)}: probe failed: {probe.error}")
             return replace(ws, probe=probe), asked
@@ -218,14 +230,14 @@ class Culler:
         ws: Workspace,
         decision: Decision,
         reading: GpuReading | None,
-        url: str,
+        server: RunningServer,
         now: datetime,
         errors: list[str],
     ) -> int:
         saved: list[str] = []
         if self.options.save_first and self.prober is not None:
             try:
-                saved = await self.prober.checkpoint_open_notebooks(url, ws)
+                saved = await self.prober.checkpoint_open_notebooks(server.url, ws, token=server.probe_token)
             except HttpError as e:  # the stop goes ahead: the disk keeps everything saved
                 errors.append(f"{_name(ws)}: save first failed: {e}")
         try:

@@ -2,11 +2,14 @@
 
 The hub calls need the service role of the issue: ``list:users`` and ``read:servers`` to list running
 servers, ``read:users:activity`` for ``last_activity``, ``delete:servers`` to stop one
-(``read:users:groups`` adds the users' groups, for group exemptions, where granted).
+(``read:users:groups`` adds the users' groups, for group exemptions, where granted), and
+``admin:server_state`` for each server's probe token (:mod:`gpuworkspace_spawner.probecredentials`):
+the only credential ever sent to a single-user server, which opens that server alone.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Mapping
@@ -17,12 +20,15 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
+from ...probecredentials import probe_token_from_state
+
 log = logging.getLogger("gpuworkspace.culler")
 
 PAGINATION = "application/jupyterhub-pagination+json"
 PAGE_LIMIT = 200  # JupyterHub's default api_page_max_limit: fewer pages, fewer requests
 PROFILE_OPTION = "profile"  # catalog.options.KNOWN_KEYS: the profile slug in user_options
 MAX_PAGES = 10_000  # a hub that never ends its pagination is a bug, not a reason to loop forever
+MAX_ANSWER_BYTES = 64 * 1024 * 1024  # the hub's and the attribution service's answers
 
 
 class HttpError(Exception):
@@ -33,11 +39,18 @@ class HttpError(Exception):
         self.url, self.status, self.detail = url, status, detail
 
 
+class AnswerTooLarge(Exception):
+    """An answer longer than the request allowed (raised inside tornado's streaming callback)."""
+
+
 class Http:
     """One tornado client for the hub, the single-user servers and the attribution service.
 
     Counts every request it sends (``requests``), which :class:`.CycleReport` reports and the request
     budget is measured by; answers of any status come back, failures to get one raise :class:`HttpError`.
+    Every request carries the service's token unless ``token=`` names another one: the single-user
+    servers get only their own probe token (:class:`.probes.ServerCalls`), never this one. Answers are
+    read up to ``max_bytes`` (a server that sends more is cut off, not buffered).
     """
 
     def __init__(self, token: str, *, timeout: float = 10.0, max_clients: int = 20) -> None:
@@ -54,28 +67,55 @@ class Http:
         method: str = "GET",
         headers: Mapping[str, str] | None = None,
         body: str | None = None,
+        token: str | None = None,
+        max_bytes: int = MAX_ANSWER_BYTES,
     ) -> HTTPResponse:
-        """Send one request with the service token; ``what`` names it in errors ("list servers")."""
+        """Send one request with the service token (or ``token``); ``what`` names it in errors."""
         self.requests += 1
+        chunks: list[bytes] = []
+        received = 0
+
+        def keep(chunk: bytes) -> None:
+            nonlocal received
+            received += len(chunk)
+            if received > max_bytes:
+                raise AnswerTooLarge(f"answer longer than {max_bytes} bytes")
+            chunks.append(chunk)
+
         request = HTTPRequest(
             url,
             method=method,
-            headers={"Authorization": f"token {self.token}", **(headers or {})},
+            headers={"Authorization": f"token {token or self.token}", **(headers or {})},
             body=body if body is not None else ("" if method in ("POST", "PUT", "PATCH") else None),
             allow_nonstandard_methods=method == "DELETE",
             connect_timeout=self.timeout,
             request_timeout=self.timeout,
             follow_redirects=False,
+            streaming_callback=keep,
         )
         try:
-            return await self._client.fetch(request, raise_error=False)
+            response = await self._client.fetch(request, raise_error=False)
+        except AnswerTooLarge as e:
+            raise HttpError(what, url, None, str(e)) from e
         except HTTPClientError as e:  # timeouts (599) and the like
             raise HttpError(what, url, None, str(e)) from e
         except OSError as e:
             raise HttpError(what, url, None, f"{type(e).__name__}: {e}") from e
+        if isinstance(response.error, AnswerTooLarge):
+            raise HttpError(what, url, None, str(response.error))
+        response.buffer = io.BytesIO(b"".join(chunks))  # the streamed body, as tornado would have kept it
+        return response
 
-    async def get_json(self, url: str, *, what: str, headers: Mapping[str, str] | None = None) -> Any:
-        response = await self.fetch(url, what=what, headers=headers)
+    async def get_json(
+        self,
+        url: str,
+        *,
+        what: str,
+        headers: Mapping[str, str] | None = None,
+        token: str | None = None,
+        max_bytes: int = MAX_ANSWER_BYTES,
+    ) -> Any:
+        response = await self.fetch(url, what=what, headers=headers, token=token, max_bytes=max_bytes)
         if response.code != 200:  # noqa: PLR2004 - HTTP OK
             raise HttpError(what, url, response.code, _excerpt(response))
         try:
@@ -88,8 +128,10 @@ class Http:
 
 
 def _excerpt(response: HTTPResponse) -> str:
-    text = (response.body or b"").decode("utf-8", "replace").strip()
-    return text[:200] or (response.reason or "")
+    """The start of an answer for an error message: printable characters only (it reaches logs and pages)."""
+    text = (response.body or b"")[:800].decode("utf-8", "replace").strip()
+    text = "".join(ch if ch.isprintable() else " " for ch in text)[:200]
+    return text or "".join(ch for ch in (response.reason or "")[:200] if ch.isprintable())
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -126,6 +168,8 @@ class RunningServer:
     last_activity: datetime | None = None
     user_options: Mapping[str, Any] = field(default_factory=dict)
     groups: frozenset[str] = frozenset()
+    # the server's own probe token from its state (None: none issued, or no admin:server_state)
+    probe_token: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -158,6 +202,7 @@ def parse_user(user: Mapping[str, Any]) -> list[RunningServer]:
                 last_activity=parse_time(s.get("last_activity")),
                 user_options=options if isinstance(options, Mapping) else {},
                 groups=groups,
+                probe_token=probe_token_from_state(s.get("state")),
             )
         )
     return out

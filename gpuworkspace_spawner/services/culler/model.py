@@ -79,6 +79,18 @@ class GpuEvidence:
 
 
 @dataclass(frozen=True)
+class CpuEvidence:
+    """The workspace's CPU use as the attribution service reports it (the kubelet's, per pod).
+
+    Node-level evidence the user's code cannot forge to the culler: a process busy in a terminal that
+    prints nothing (a copy, a build, a training loop) shows here and nowhere in the server's API.
+    """
+
+    used_cores: float | None = None  # latest figure; None: not measured
+    last_busy: datetime | None = None  # last time it was at or above the busy threshold
+
+
+@dataclass(frozen=True)
 class Workspace:
     """A running server and the evidence about it."""
 
@@ -91,6 +103,7 @@ class Workspace:
     exempt_annotation: bool = False  # the workspace carries gpuworkspace.dev/cull-exempt: "true"
     gpu: GpuEvidence | None = None  # None: no GPU, or no attribution data
     probe: Probe | None = None  # None: the server was not probed
+    cpu: CpuEvidence | None = None  # None: no attribution data
 
     @property
     def key(self) -> tuple[str, str]:
@@ -108,6 +121,7 @@ class Policy:
     max_duration_by_profile: Mapping[str, float] = field(default_factory=dict)
     warn_before: tuple[float, ...] = (1800.0, 300.0)  # lead times of the staged warnings, descending
     gpu_busy_percent: float = 10.0  # a GPU sample at or above this is activity
+    cpu_busy_cores: float = 0.25  # the pod's CPU use at or above this many cores is activity (0: never)
     exempt_users: frozenset[str] = frozenset()
     exempt_groups: frozenset[str] = frozenset()
     exempt_profiles: frozenset[str] = frozenset()

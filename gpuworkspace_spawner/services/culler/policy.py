@@ -5,8 +5,9 @@ a :class:`.Decision`:
 
 1. An exemption (user, group, profile, annotation) wins over everything, max duration included.
 2. Activity is the latest of the server's own evidence (``/api/status``, each kernel's and
-   terminal's ``last_activity``) and the GPU's ``last_busy``; a busy or starting kernel and a GPU
-   sample at or above the threshold are activity *now*. Open connections (a browser tab) are not. The
+   terminal's ``last_activity``), the GPU's and the CPU's ``last_busy``; a busy or starting kernel, a
+   GPU sample and the pod's CPU use at or above their thresholds are activity *now* (the CPU covers a
+   process busy in a terminal that prints nothing). Open connections (a browser tab) are not. The
    hub's ``last_activity`` counts **only when the server's own evidence is missing** (it was not
    probed, or its probe failed before reading anything): the culler's own probes pass through the
    proxy, which records every proxied request as the route's activity, and the hub copies that into
@@ -36,6 +37,7 @@ STARTING_GRACE = timedelta(minutes=2)
 SOURCE_HUB = "hub"
 SOURCE_SERVER = "server"
 SOURCE_GPU = "gpu"
+SOURCE_CPU = "cpu"
 SOURCE_STARTED = "started"  # no activity evidence: idle since the start
 SOURCE_UNKNOWN = "probe failed"  # the server did not answer and the hub saw no activity: active now
 SOURCE_NONE = "no evidence"  # neither activity nor a start time: active now
@@ -89,6 +91,11 @@ def last_activity(workspace: Workspace, policy: Policy, *, now: datetime) -> tup
         if gpu.util_percent is not None and gpu.util_percent >= policy.gpu_busy_percent:
             live.append(SOURCE_GPU)
         seen.append((gpu.last_busy, SOURCE_GPU))
+    cpu = workspace.cpu
+    if cpu is not None and policy.cpu_busy_cores > 0:
+        if cpu.used_cores is not None and cpu.used_cores >= policy.cpu_busy_cores:
+            live.append(SOURCE_CPU)
+        seen.append((cpu.last_busy, SOURCE_CPU))
     probe = workspace.probe
     if probe is not None and probe.error is not None and not seen_by_server_or_hub(workspace):
         live.append(SOURCE_UNKNOWN)
@@ -305,6 +312,9 @@ def _evidence(workspace: Workspace, policy: Policy, last: datetime, source: str,
     gpu, probe = workspace.gpu, workspace.probe
     if source == SOURCE_GPU and last >= now and gpu is not None and gpu.util_percent is not None:
         return f"active: GPU {gpu.util_percent:g} % (>= {policy.gpu_busy_percent:g} %)"
+    cpu = workspace.cpu
+    if source == SOURCE_CPU and last >= now and cpu is not None and cpu.used_cores is not None:
+        return f"active: CPU {cpu.used_cores:g} cores (>= {policy.cpu_busy_cores:g})"
     if source == SOURCE_UNKNOWN and probe is not None:
         return f"active as far as known: the server did not answer ({probe.error}), the hub saw no activity"
     if source == SOURCE_HUB:

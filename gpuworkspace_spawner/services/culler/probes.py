@@ -35,6 +35,13 @@ idle warning:
    after the first warning shows at the latest before the stop, which it then prevents (and the
    warnings are withdrawn), so a later stage may be shown that new output would have withdrawn.
 
+Credentials: every request to a server carries that server's own probe token
+(:mod:`gpuworkspace_spawner.probecredentials`: scope ``access:servers!server=<user>/<server>``, issued by
+the spawner at each start), never the culler's token; a server without one is not asked (the hub's
+``last_activity`` stands in). Everything a server answers is hostile input: answers are read up to
+:data:`MAX_SERVER_ANSWER_BYTES`, lists up to :data:`MAX_ITEMS`, names cut to :data:`MAX_NAME`, and a
+session path is checkpointed only if it is a plain relative path (no ``..``, no control characters).
+
 Per server and cycle: 0 while what it showed keeps it (an active server is asked about once per idle
 timeout less the first lead time); 1 when status does, and at later warning stages; 2 or, with
 kernels, 3 in the cycle of its first warning; 2 before the stop.
@@ -61,6 +68,10 @@ _CacheKey = tuple[datetime | None, datetime | None, int]  # status: started, las
 # jupyter_server's APIHandler.update_api_activity records every authenticated API request as the
 # server's activity (ServerApp.last_activity, /api/status), unless it carries this query argument
 UNTRACKED = "?no_track_activity=1"
+MAX_SERVER_ANSWER_BYTES = 1024 * 1024  # a status, kernel, terminal or session list: a few KiB in practice
+MAX_ITEMS = 1000  # kernels, terminals or sessions read from one answer
+MAX_NAME = 128  # characters kept of a kernel id or terminal name
+MAX_PATH = 4096  # characters of a notebook path
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,7 @@ def _status_key(status: Status) -> _CacheKey:
 def parse_kernels(body: Any) -> tuple[Kernel, ...]:
     return tuple(
         Kernel(
-            id=str(k.get("id", "")),
+            id=_short(k.get("id", "")),
             execution_state=str(k.get("execution_state") or "unknown"),
             last_activity=parse_time(k.get("last_activity")),
             connections=_int(k.get("connections")),
@@ -101,13 +112,34 @@ def parse_kernels(body: Any) -> tuple[Kernel, ...]:
 
 def parse_terminals(body: Any) -> tuple[Terminal, ...]:
     return tuple(
-        Terminal(name=str(t.get("name", "")), last_activity=parse_time(t.get("last_activity")))
+        Terminal(name=_short(t.get("name", "")), last_activity=parse_time(t.get("last_activity")))
         for t in _items(body)
     )
 
 
 def _items(body: Any) -> Iterable[Mapping[str, Any]]:
-    return [x for x in body if isinstance(x, Mapping)] if isinstance(body, list) else []
+    return [x for x in body[:MAX_ITEMS] if isinstance(x, Mapping)] if isinstance(body, list) else []
+
+
+def _short(value: Any) -> str:
+    """A name from a server, printable and bounded (it reaches logs, audit records and the status page)."""
+    text = value if isinstance(value, str) else str(value) if isinstance(value, int) else ""
+    return "".join(ch for ch in text[:MAX_NAME] if ch.isprintable())
+
+
+def safe_notebook_path(path: Any) -> str | None:
+    """A session's notebook path fit to put in a contents URL, else None (hostile or malformed).
+
+    Plain relative paths only: no ``..`` or empty segment, no leading ``/``, no backslash, no control
+    or non-printable character, at most :data:`MAX_PATH` characters.
+    """
+    if not isinstance(path, str) or not path or len(path) > MAX_PATH:
+        return None
+    if path.startswith("/") or "\\" in path or not path.isprintable():
+        return None
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return None
+    return path
 
 
 def _int(value: Any) -> int:
@@ -163,7 +195,7 @@ def _as_of(kernel: Kernel, seen_at: datetime | None) -> Kernel:
 
 
 class ServerProber:
-    """Probes single-user servers at ``{proxy_url}{server url}api/...`` with the service's token.
+    """Probes single-user servers at ``{proxy_url}{server url}api/...``, each with its own probe token.
 
     Every request that jupyter_server would record as activity carries ``no_track_activity=1``
     (``APIHandler.update_api_activity``); ``api/status`` records none anyway.
@@ -173,6 +205,7 @@ class ServerProber:
         self.http = http
         self.proxy_url = proxy_url
         self._seen: dict[tuple[str, str], Seen] = {}
+        self._unprobeable: set[tuple[str, str]] = set()  # said once: no probe token
 
     def api(self, server_url: str, path: str) -> str:
         """The server's API URL: the hub's URL path for it (base_url included) on the proxy's origin."""
@@ -187,22 +220,33 @@ class ServerProber:
         return seen
 
     async def probe(
-        self, workspace: Workspace, server_url: str, judge: Judge, *, idle_warned: bool, now: datetime
+        self,
+        workspace: Workspace,
+        server_url: str,
+        judge: Judge,
+        *,
+        token: str | None,
+        idle_warned: bool,
+        now: datetime,
     ) -> tuple[Probe | None, bool]:
         """The evidence the decision needs, asking no more than it needs (see the module docstring).
 
         Returns the evidence and whether the server was asked. No request when the remembered
         evidence (or the GPU, or an exemption) already keeps the server: the evidence is then the
-        remembered one (None if nothing is remembered).
+        remembered one (None if nothing is remembered). No request either without the server's probe
+        ``token``: the culler's own token never goes to a server.
         """
         seen = self.remembered(workspace)
         known = seen.probe() if seen is not None else None
+        if not token:
+            self._note_unprobeable(workspace)
+            return known, False
         if not could_withdraw(judge(_most_idle(workspace, known or Probe())), idle_warned):
             return known, False
         probe = Probe()
         status: Status | None = None
         try:
-            status = parse_status(await self._get(server_url, "status", workspace))
+            status = parse_status(await self._get(server_url, "status", workspace, token))
             same = seen is not None and seen.process == status.started
             probe = Probe(
                 last_activity=status.last_activity,
@@ -212,11 +256,12 @@ class ServerProber:
             if not could_withdraw(judge(_most_idle(workspace, probe)), idle_warned):
                 return self._remember(workspace, seen, status, probe, now), True
             if status.kernels:
-                probe = replace(probe, kernels=await self._kernels_of(workspace, server_url, status, seen))
+                kernels = await self._kernels_of(workspace, server_url, token, status, seen)
+                probe = replace(probe, kernels=kernels)
                 if not could_withdraw(judge(_most_idle(workspace, probe)), idle_warned):
                     return self._remember(workspace, seen, status, probe, now), True
             if _first_warning_or_stop(judge(_most_idle(workspace, probe))):
-                terminals = parse_terminals(await self._get(server_url, "terminals", workspace))
+                terminals = parse_terminals(await self._get(server_url, "terminals", workspace, token))
                 probe = replace(probe, terminals=terminals)
         except HttpError as e:
             log.warning("probe of %s/%s failed: %s", workspace.user, workspace.server or "(default)", e)
@@ -247,40 +292,78 @@ class ServerProber:
         return probe
 
     async def _kernels_of(
-        self, ws: Workspace, server_url: str, status: Status, seen: Seen | None
+        self, ws: Workspace, server_url: str, token: str, status: Status, seen: Seen | None
     ) -> tuple[Kernel, ...]:
         """The kernels: reused while status is unchanged (no kernel sent anything), else read."""
         if seen is not None and seen.kernels is not None and seen.kernels_status == _status_key(status):
             return seen.kernels
-        return parse_kernels(await self._get(server_url, "kernels", ws))
+        return parse_kernels(await self._get(server_url, "kernels", ws, token))
+
+    def _note_unprobeable(self, ws: Workspace) -> None:
+        """Say once per server (and start) that it has no probe token and is judged without asking it."""
+        if ws.key not in self._unprobeable:
+            self._unprobeable.add(ws.key)
+            log.info(
+                "%s has no probe token (not started by GPUWorkspaceSpawner, or before it issued them):"
+                " judged on the hub's last_activity, not asked",
+                _name(ws),
+            )
 
     def keep_only(self, keys: Iterable[tuple[str, str]]) -> None:
         """Forget the servers no longer running."""
         alive = set(keys)
         for key in [k for k in self._seen if k not in alive]:
             del self._seen[key]
+        self._unprobeable &= alive
 
-    async def _get(self, server_url: str, path: str, ws: Workspace) -> Any:
+    async def _get(self, server_url: str, path: str, ws: Workspace, token: str) -> Any:
         """GET a server API without it counting as activity (``no_track_activity``, see the class)."""
         url = self.api(server_url, path) + UNTRACKED
-        return await self.http.get_json(url, what=f"{path} of {_name(ws)}")
+        return await self.http.get_json(
+            url, what=f"{path} of {_name(ws)}", token=_required(token), max_bytes=MAX_SERVER_ANSWER_BYTES
+        )
 
-    async def checkpoint_open_notebooks(self, server_url: str, ws: Workspace) -> list[str]:
+    async def checkpoint_open_notebooks(
+        self, server_url: str, ws: Workspace, *, token: str | None
+    ) -> list[str]:
         """Checkpoint the saved state of each notebook open in a session; the paths checkpointed.
 
         This saves nothing that is not on disk already: unsaved edits live in the browser, and
         jupyter_server has no "save all" API. What it adds: ``File > Revert to checkpoint`` after the
         restart returns each open notebook to its state at the stop, whatever autosave writes later.
         """
-        sessions = await self._get(server_url, "sessions", ws)
-        paths = sorted({str(s.get("path")) for s in _items(sessions) if _is_notebook(s)})
-        for path in paths:
+        if not token:
+            raise HttpError(f"sessions of {_name(ws)}", server_url, None, "no probe token: not asked")
+        sessions = await self._get(server_url, "sessions", ws, token)
+        paths, refused = [], 0
+        for session in _items(sessions):
+            path = safe_notebook_path(session.get("path")) if _is_notebook(session) else None
+            if path is None:
+                refused += _is_notebook(session)
+                continue
+            paths.append(path)
+        if refused:
+            log.warning("%s: %d session path(s) refused (not a plain relative path)", _name(ws), refused)
+        for path in sorted(set(paths)):
             # no no_track_activity here: a write just before the stop, whose activity no cycle reads
             url = self.api(server_url, f"contents/{quote(path, safe='/')}/checkpoints")
-            response = await self.http.fetch(url, what=f"checkpoint {path}", method="POST")
+            response = await self.http.fetch(
+                url,
+                what=f"checkpoint {path}",
+                method="POST",
+                token=_required(token),
+                max_bytes=MAX_SERVER_ANSWER_BYTES,
+            )
             if response.code != 201:  # noqa: PLR2004 - jupyter_server answers 201 Created
                 raise HttpError(f"checkpoint {path} of {_name(ws)}", url, response.code, "not created")
-        return paths
+        return sorted(set(paths))
+
+
+def _required(token: str) -> str:
+    """The server's own token; an empty one would make :class:`.Http` fall back to the culler's."""
+    if not token:
+        raise ValueError("a request to a single-user server needs that server's probe token")
+    return token
 
 
 def _is_notebook(session: Mapping[str, Any]) -> bool:

@@ -29,7 +29,14 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httputil import url_concat
 
-from ..disks.access import may_read, may_use_service, reads_every_server, who
+from ..disks.access import (
+    access_refused,
+    grants_anything_here,
+    may_read,
+    may_use_service,
+    reads_every_server,
+    who,
+)
 from ..serving import JsonErrors, ServiceError, hub_prefix
 from .model import Action, Decision, Policy, Warning
 from .state import CullerState, CycleReport, Key
@@ -332,6 +339,8 @@ class Base(JsonErrors):
     async def prepare(self) -> None:
         model = await self.site.hub_auth.get_user(self, sync=False)
         if model:
+            if not grants_anything_here(model, self.site.service):
+                raise ServiceError(403, access_refused(model, self.site.service))
             self.viewer = Viewer(model, self.site.service)
             return
         if (

@@ -48,6 +48,26 @@ def may_use_service(model: Mapping[str, Any], service: str) -> bool:
     return bool(check_scopes({f"access:services!service={service}"}, _scopes(model)))
 
 
+def grants_anything_here(model: Mapping[str, Any], service: str) -> bool:
+    """Does the token grant anything on ``service``: its access scope, or reading servers (any filter)?
+
+    Every service refuses (403) a token that grants neither, instead of answering it with an empty
+    list: a hub token that identifies a user but was made for something else (a culler probe token, which
+    opens one single-user server and nothing more) opens nothing here.
+    """
+    scopes = _scopes(model)
+    reads = any(s == "read:servers" or s.startswith("read:servers!") for s in scopes)
+    return reads or may_use_service(model, service)
+
+
+def access_refused(model: Mapping[str, Any], service: str) -> str:
+    """The 403 message for a token that grants nothing on ``service``."""
+    return (
+        f"{who(model)}'s token grants no access to this service: it needs "
+        f"access:services!service={service} or read:servers"
+    )
+
+
 def may_read_metrics(model: Mapping[str, Any]) -> bool:
     return bool(check_scopes({"read:metrics"}, _scopes(model)))
 

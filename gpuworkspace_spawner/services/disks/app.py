@@ -39,6 +39,7 @@ class ApiHandler(JsonErrors):
 
     hub_auth: Any
     caller: dict[str, Any]
+    needs_service_access = True  # refuse a token that grants nothing here (access.grants_anything_here)
 
     def initialize(self, ops: DiskOperations, hub_auth: Any) -> None:
         self.ops, self.hub_auth = ops, hub_auth
@@ -52,6 +53,10 @@ class ApiHandler(JsonErrors):
         model = await self.hub_auth.get_user(self, sync=False)
         if not model:
             raise ServiceError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
+        if self.needs_service_access and not access.grants_anything_here(
+            model, self.ops.settings.service_name
+        ):
+            raise ServiceError(403, access.access_refused(model, self.ops.settings.service_name))
         token_auth = getattr(self, "_token_authenticated", False)
         if self.request.method not in ("GET", "HEAD") and not token_auth:
             raise ServiceError(403, "changes need a token in the Authorization header, not a cookie")
@@ -148,6 +153,8 @@ class ReclaimHandler(ApiHandler):
 
 
 class MetricsHandler(ApiHandler):
+    needs_service_access = False  # a scraper's token needs read:metrics only (checked below)
+
     """Prometheus text; needs a token with ``read:metrics`` unless started with ``--metrics-public``."""
 
     def initialize(  # type: ignore[override]  # tornado passes the route's keyword arguments

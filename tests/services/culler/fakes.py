@@ -4,7 +4,10 @@ Routes: ``/hub/api/users`` (paginated, ``state=ready``), ``DELETE /hub/api/users
 ``/servers/<s>``, ``/user/<u>/[<s>/]api/{status,kernels,terminals,sessions}``,
 ``POST .../api/contents/<path>/checkpoints`` and ``/attribution/api/v1/workspaces``. Every request is
 counted by kind (:attr:`FakeCluster.counts`); server API requests without ``no_track_activity`` also
-in :attr:`FakeCluster.tracked` (jupyter_server would record them as activity). With ``proxy_clock``
+in :attr:`FakeCluster.tracked` (jupyter_server would record them as activity). Each server's model
+carries its probe token in ``state`` (as the hub shows it to ``admin:server_state``); a server answers
+only its own probe token (403 otherwise), and every other credential sent to it is kept in
+:attr:`FakeCluster.server_credentials` (the culler's own token must never be among them). With ``proxy_clock``
 set, every request to a single-user server moves its hub ``last_activity`` to that clock's time, as
 configurable-http-proxy and ``JupyterHub.update_last_activity`` do. A server is a small dataclass, so
 thousands are cheap.
@@ -23,6 +26,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from tornado import httpserver, web
+
+from gpuworkspace_spawner.probecredentials import STATE_KEY
 
 TOKEN = "fake-culler-token"
 
@@ -48,6 +53,13 @@ class FakeServer:
     ready: bool = True  # False: starting or stopping (active, not ready)
     fail: int | None = None  # answer every server API request with this status
     delay: float = 0.0  # seconds before answering (a timeout when over the client's)
+    has_probe_token: bool = True  # False: a server whose state holds no probe token (another spawner)
+    raw_sessions: list[Any] = field(default_factory=list)  # session objects sent as they are (hostile)
+    padding: int = 0  # bytes of filler in each answer (an oversized answer)
+
+    @property
+    def probe_token(self) -> str | None:
+        return f"probe-{self.user}-{self.name}" if self.has_probe_token else None
 
     @property
     def url(self) -> str:
@@ -62,6 +74,7 @@ class FakeServer:
             "last_activity": iso(self.hub_activity),
             "url": self.url,
             "user_options": self.user_options,
+            "state": {STATE_KEY: self.probe_token} if self.probe_token else {},
         }
 
 
@@ -81,6 +94,7 @@ class FakeCluster:
         self.counts: Counter[str] = Counter()
         self.deletes: list[tuple[str, bytes]] = []  # (path, body) of each DELETE
         self.checkpoints: list[str] = []
+        self.server_credentials: list[str] = []  # the Authorization header of every server request
         self.port = 0
         self._server: httpserver.HTTPServer | None = None
 
@@ -212,7 +226,19 @@ class StopHandler(Base):
         self.finish()
 
 
-class ServerApiHandler(Base):
+class ServerBase(Base):
+    """A single-user server's API: only that server's own probe token opens it."""
+
+    def prepare(self) -> None:
+        user, name = (unquote(a) if a else "" for a in self.path_args[:2])
+        credential = self.request.headers.get("Authorization", "")
+        server = self.fake.servers.get((user, name))
+        self.fake.server_credentials.append(credential)
+        if server is None or not server.probe_token or credential != f"token {server.probe_token}":
+            raise web.HTTPError(403)
+
+
+class ServerApiHandler(ServerBase):
     async def get(self, user: str, name: str | None, kind: str) -> None:
         fake = self.fake
         fake.counts[kind] += 1
@@ -233,6 +259,7 @@ class ServerApiHandler(Base):
                 "last_activity": iso(server.activity or server.started),
                 "kernels": len(server.kernels),
                 "connections": 0,
+                **({"padding": "x" * server.padding} if server.padding else {}),
             }
         elif kind == "kernels":
             body = [
@@ -242,10 +269,11 @@ class ServerApiHandler(Base):
             body = [{**t, "last_activity": iso(t.get("last_activity"))} for t in server.terminals]
         else:
             body = [{"path": p, "type": "notebook", "kernel": {}} for p in server.sessions]
+            body += server.raw_sessions
         self.reply(body)
 
 
-class CheckpointHandler(Base):
+class CheckpointHandler(ServerBase):
     def post(self, user: str, name: str | None, path: str) -> None:
         self.fake.counts["checkpoint"] += 1
         self.fake.checkpoints.append(unquote(path))

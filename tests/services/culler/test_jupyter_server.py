@@ -118,11 +118,13 @@ async def test_probes_do_not_move_the_servers_last_activity(server: Server) -> N
     started = datetime.now(UTC) - timedelta(hours=2)
     for n in range(3):
         ws = Workspace("alice", "", started=started)
-        probe, asked = await prober.probe(ws, "/", always_warn, idle_warned=False, now=datetime.now(UTC))
+        probe, asked = await prober.probe(
+            ws, "/", always_warn, token=TOKEN, idle_warned=False, now=datetime.now(UTC)
+        )
         assert asked and probe is not None and probe.error is None, probe
         assert probe.kernels and len(probe.kernels) == 1 and probe.terminals == ()
         if n == 0:
-            await prober.checkpoint_open_notebooks("/", ws)  # api/sessions (no session open here)
+            await prober.checkpoint_open_notebooks("/", ws, token=TOKEN)  # api/sessions (none open here)
         await asyncio.sleep(0.1)
     assert await server.last_activity() == before
 

@@ -40,7 +40,7 @@ async def probe(fake: FakeCluster, hub_activity: datetime, *, limit: float = 5, 
     ws = Workspace("alice", "", started=s.started, hub_last_activity=hub_activity)
     prober = prober_for(fake, limit)
     try:
-        result, asked = await prober.probe(ws, s.url, judge, idle_warned=False, now=T0)
+        result, asked = await prober.probe(ws, s.url, judge, token=s.probe_token, idle_warned=False, now=T0)
         assert asked == bool(fake.requests())
         return result, prober
     finally:
@@ -55,7 +55,12 @@ async def again(
     prober.http = Http(TOKEN, timeout=5)
     try:
         return await prober.probe(
-            ws, "/user/alice/", lambda w: decide(w, POLICY, (), now=now), idle_warned=False, now=now
+            ws,
+            "/user/alice/",
+            lambda w: decide(w, POLICY, (), now=now),
+            token=fake.servers[("alice", "")].probe_token,
+            idle_warned=False,
+            now=now,
         )
     finally:
         prober.http.close()
@@ -130,7 +135,8 @@ async def test_no_request_counts_as_activity(fake: FakeCluster) -> None:
     await probe(fake, OLD, activity=OLD, kernels=[kernel("idle", OLD)], sessions=["a.ipynb"])
     prober = prober_for(fake)
     try:
-        await prober.checkpoint_open_notebooks("/user/bob/", Workspace("bob", ""))
+        token = fake.servers[("bob", "")].probe_token
+        await prober.checkpoint_open_notebooks("/user/bob/", Workspace("bob", ""), token=token)
     finally:
         prober.http.close()
     assert fake.requests("status", "kernels", "terminals", "sessions") == 4

@@ -71,7 +71,13 @@ def test_model_values_and_defaults(tmp_path: Path) -> None:
         costCenter="cc-42",
     )
     doc["spec"]["resources"]["requests"]["cpu"] = 1  # YAML ints are accepted as quantities
-    profile = load_catalog(write_yaml(tmp_path / "c.yaml", catalog_doc(), doc)).profiles[0]
+    profile = load_catalog(
+        write_yaml(
+            tmp_path / "c.yaml",
+            catalog_doc(network={"blockedCidrs": [], "profiles": {"research-restricted": {}}}),
+            doc,
+        )
+    ).profiles[0]
     assert profile.resources.requests["cpu"] == "1"
     assert profile.storage.home.access_mode == "ReadWriteOncePod"
     assert profile.storage.home.mount_path == "/home/jovyan"

@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from gpuworkspace_spawner.manifests.names import ANN_CULL_EXEMPT
-from gpuworkspace_spawner.services.culler.model import Action, Policy, Reason, Warning, Workspace
+from gpuworkspace_spawner.services.culler.model import Action, CpuEvidence, Policy, Reason, Warning, Workspace
 from gpuworkspace_spawner.services.culler.policy import (
     EXEMPT_ANNOTATION,
     decide,
@@ -227,3 +227,31 @@ def test_annotation_name_matches_manifests() -> None:
 )
 def test_messages(ws: Workspace, policy: Policy, given: list[Warning], message: str) -> None:
     assert decide(ws, policy, given, now=NOW).message == message
+
+
+# ------------------------------------------------------------------ CPU use (a silent terminal process)
+def _cpu(used: float | None, last_busy_min: float | None = None) -> CpuEvidence:
+    return CpuEvidence(used_cores=used, last_busy=at(last_busy_min) if last_busy_min is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "policy", "when", "source"),
+    [
+        pytest.param(_cpu(1.0, 0), POLICY, NOW, "cpu", id="busy-now"),
+        pytest.param(_cpu(0.25, 0), POLICY, NOW, "cpu", id="at-the-threshold"),
+        pytest.param(_cpu(0.2), POLICY, at(-50), "server", id="below-the-threshold"),
+        pytest.param(_cpu(0.01, -10), POLICY, at(-10), "cpu", id="busy-ten-minutes-ago"),
+        pytest.param(_cpu(None), POLICY, at(-50), "server", id="not-measured"),
+        pytest.param(_cpu(4.0, 0), replace(POLICY, cpu_busy_cores=0), at(-50), "server", id="turned-off"),
+    ],
+)
+def test_cpu_use_is_activity(cpu: CpuEvidence, policy: Policy, when: datetime, source: str) -> None:
+    ws = replace(workspace(hub=-50, status=-50), cpu=cpu)
+    assert last_activity(ws, policy, now=NOW) == (when, source)
+
+
+def test_a_busy_cpu_keeps_an_otherwise_idle_workspace_and_says_why() -> None:
+    ws = replace(idle_workspace(-600), cpu=_cpu(1.5, 0))  # idle for ten hours but for the CPU
+    decision = decide(ws, POLICY, (), now=NOW)
+    assert decision.action is Action.KEEP and decision.activity_source == "cpu"
+    assert "CPU 1.5 cores" in decision.message

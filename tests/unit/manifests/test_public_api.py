@@ -9,12 +9,20 @@ from typing import Any
 import pytest
 
 from gpuworkspace_spawner.lifecycle import invariants, retention, spawning
-from gpuworkspace_spawner.manifests import names, pod, pvc
+from gpuworkspace_spawner.manifests import names, networkpolicy, pod, pvc
 
 SIGNATURES: list[tuple[Callable[..., Any], str]] = [
     (names.label_value, "(text: 'str') -> 'str'"),
     (pod.build_workspace_pod, "(pod: 'Mapping[str, Any]', ws: 'WorkspaceContext') -> 'dict[str, Any]'"),
     (pvc.build_home_pvc, "(ws: 'WorkspaceContext') -> 'dict[str, Any]'"),
+    (
+        networkpolicy.build_network_policies,
+        "(network: 'NetworkSettings', scope: 'PolicyScope | None' = None) -> 'list[dict[str, Any]]'",
+    ),
+    (
+        networkpolicy.render_network_policies,
+        "(network: 'NetworkSettings', scope: 'PolicyScope | None' = None) -> 'str'",
+    ),
     (
         pvc.build_retain_patch,
         "(*, retain_until: 'datetime', now: 'datetime', why: 'str') -> 'dict[str, Any]'",
