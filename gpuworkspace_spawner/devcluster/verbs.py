@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from . import errors, patching, validation
+from . import errors, patching, podsecurity, validation
 from .defaults import ClusterIPAllocator, DefaultingContext, apply_defaults, apply_update_defaults
 from .errors import ApiError
 from .quantity import parse_quantity
@@ -50,6 +50,19 @@ def _content(rt: ResourceType, obj: Obj) -> Obj:
     """What bumps ``metadata.generation``: everything but metadata (and status, when separate)."""
     skip = {"metadata", "status"} if "status" in rt.subresources else {"metadata"}
     return {k: v for k, v in obj.items() if k not in skip}
+
+
+def _admit_pod(store: Store, namespace: str, pod: Obj) -> list[str]:
+    """Pod Security Admission (a validating admission plugin: after defaulting, dry runs too),
+    enforced from the namespace's pod-security.kubernetes.io labels (podsecurity.py); its warnings."""
+    ns = store.get(NAMESPACES, "", namespace)  # type: ignore[arg-type]
+    labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+    refusal, warnings = podsecurity.pod_admission(labels, pod)
+    if refusal is not None:
+        name = pod["metadata"]["name"]
+        message = f'pods "{name}" is forbidden: {refusal}'
+        raise ApiError(403, "Forbidden", message, details={"name": name, "kind": "pods"})
+    return warnings
 
 
 class Verbs:
@@ -149,6 +162,8 @@ class Verbs:
         if rt.namespaced:
             meta["namespace"] = namespace
         apply_defaults(rt, obj, DefaultingContext(self._default_storage_class(), self.allocate_cluster_ip))
+        if rt.key == ("", "pods"):
+            warnings = [*warnings, *_admit_pod(self.store, namespace, obj)]
         if dry_run:
             return obj, warnings
         return self.store.put(rt, obj), warnings
