@@ -193,9 +193,16 @@ KUBELETS_UNAUTHORIZED = (
     DEVCLUSTER_CANNOT_SHOW + "its simulated kubelets serve /metrics and /metrics/resource without "
     "authenticating or authorizing the caller (a real kubelet asks the API server with a SubjectAccessReview)"
 )
+NO_ROOT_CLAIMS = (
+    DEVCLUSTER_CANNOT_SHOW + "the disk service lists VMs and DataVolumes only when a listed claim is a VM "
+    "root disk (labelled gpuworkspace.dev/disk=root, the DataVolume's labels); the devcluster's CDI does not "
+    "copy a DataVolume's labels onto the claim it creates (sim/cdi.py), so no root-disk claim is listed"
+)
 NOT_USED: dict[str, str] = {
     "60-gpuworkspace-disks.yaml:ClusterRole/gpuworkspace-disks#1:nodes/metrics": KUBELETS_UNAUTHORIZED,
     "20-attribution-rbac.yaml:ClusterRole/gpuworkspace-attribution#1:nodes/metrics": KUBELETS_UNAUTHORIZED,
+    "60-gpuworkspace-disks.yaml:Role/gpu-workspaces/gpuworkspace-disks#3:virtualmachines": NO_ROOT_CLAIMS,
+    "60-gpuworkspace-disks.yaml:Role/gpu-workspaces/gpuworkspace-disks#5:datavolumes": NO_ROOT_CLAIMS,
     "vm/clone-source-rbac.yaml:Role/vm-images/gpuworkspace-clone-source#0:datavolumes/source": (
         DEVCLUSTER_CANNOT_SHOW + "its CDI clones across namespaces without CDI's admission check "
         "(sim/cdi.py: the clone RBAC is not modelled), so nothing asks for datavolumes/source"
