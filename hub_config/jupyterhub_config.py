@@ -43,6 +43,12 @@ GPUWS_MAX_DISKS_PER_   the most workspace disks (active or         ``20``
 USER                   retained) one user may hold (0: no limit)
 GPUWS_MAX_DISKS_TOTAL  the most workspace disks in the namespace   ``500``
                        (0: no limit)
+GPUWS_DISKS_           the kubeconfig of the disk service, the     ``$KUBECONFIG``
+KUBECONFIG,            reclaimer, the attribution service: each
+GPUWS_RECLAIMER_       its own identity (tests/e2e_rbac gives each
+KUBECONFIG,            its own ServiceAccount)
+GPUWS_ATTRIBUTION_
+KUBECONFIG
 JUPYTERHUB_CRYPT_KEY   when set, auth state (the OIDC tokens) is   unset: auth state is not kept
                        stored encrypted with this key
 =====================  ==========================================  ===============================
@@ -286,6 +292,16 @@ def _use_gpuworkspace() -> None:
     _register_attribution_service()
     if _env("GPUWS_CULLER", "1") != "0":
         _register_culler_service()
+    # In a pod, JupyterHub would start these without KUBERNETES_SERVICE_HOST/PORT (it passes only PATH,
+    # LANG, its JUPYTERHUB_* and each service's environment): pass them on, or in-cluster config fails.
+    from gpuworkspace_spawner.services.hubenv import pass_in_cluster_environment  # noqa: PLC0415
+
+    c.JupyterHub.services = pass_in_cluster_environment(c.JupyterHub.services, os.environ)
+
+
+def _kubeconfig(service: str) -> dict[str, str]:
+    """A service's Kubernetes identity outside a pod: $GPUWS_<SERVICE>_KUBECONFIG, else $KUBECONFIG."""
+    return {"KUBECONFIG": _env(f"GPUWS_{service}_KUBECONFIG", os.environ["KUBECONFIG"])}
 
 
 def _add_service(service: dict[str, Any], *, roles: tuple[dict[str, Any], ...] = ()) -> None:
@@ -334,7 +350,7 @@ def _register_disk_service() -> None:
             "--kubelet-scheme",
             "http",
         ],
-        "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
+        "environment": _kubeconfig("DISKS"),
         "oauth_no_confirm": True,
     }
     _add_service(service)
@@ -356,7 +372,7 @@ def _register_reclaimer() -> None:
             "--namespace",
             "gpu-workspaces",
         ],
-        "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
+        "environment": _kubeconfig("RECLAIMER"),
     }
     _add_service(service)
 
@@ -396,7 +412,7 @@ def _register_attribution_service() -> None:
         "name": name,
         "url": f"http://127.0.0.1:{port}",
         "command": command,
-        "environment": {"KUBECONFIG": os.environ["KUBECONFIG"]},
+        "environment": _kubeconfig("ATTRIBUTION"),
         "oauth_no_confirm": True,
         "display": True,  # listed in the hub's Services menu (the home page links it as "GPU usage")
     }

@@ -1,6 +1,7 @@
 """One stack for the least-privilege e2e: a devcluster that enforces RBAC, holding exactly the RBAC of
-``helm-values/extra-manifests/`` and z2jh's hub Role, and a hub (with its managed services) that
-authenticates as the ServiceAccount ``jhub/hub``, as it does in the hub pod.
+``helm-values/extra-manifests/`` and z2jh's hub Role, and a hub that authenticates as the ServiceAccount
+``jhub/hub``, as it does in the hub pod, with each service that talks to Kubernetes authenticating as
+its own ServiceAccount (``jhub/gpuworkspace-disks`` ..., as its Deployment does).
 
 Package-scoped like ``tests/e2e``'s stack, so pytest stops it before another package starts its own
 devcluster (one per machine; ``make test`` runs under the devcluster lock).
@@ -26,10 +27,22 @@ HERE = Path(__file__).resolve().parent
 MANIFESTS = REPO / "helm-values" / "extra-manifests"
 Z2JH_ROLE = HERE / "z2jh-hub-role.yaml"
 HUB_SA = ("jhub", "hub")  # z2jh's hub ServiceAccount in the release namespace the manifests use
-# Not applied: the devcluster serves no apps/v1 (the agent's DaemonSet cannot be stored or run). The
-# agent's Service is applied; NetworkPolicies are stored but not enforced (not RBAC either way). Nor
+# Each service's own ServiceAccount (its Deployment's), and the hub_config variable naming its kubeconfig.
+SERVICE_SAS = {
+    ("jhub", "gpuworkspace-disks"): "GPUWS_DISKS_KUBECONFIG",
+    ("jhub", "gpuworkspace-attribution"): "GPUWS_ATTRIBUTION_KUBECONFIG",
+    ("jhub", "gpuworkspace-reclaimer"): "GPUWS_RECLAIMER_KUBECONFIG",
+}
+IDENTITIES = (HUB_SA, *SERVICE_SAS)
+# Not applied: the devcluster serves no apps/v1 (the agent's DaemonSet and the services' Deployments
+# cannot be stored or run: the hub runs the services as local processes, each as its Deployment's
+# ServiceAccount). Services are applied; NetworkPolicies are stored but not enforced (not RBAC). Nor
 # does it serve ResourceQuota or LimitRange (tests/helm/test_limits.py checks those).
-SKIPPED_KINDS = {"DaemonSet", "ResourceQuota", "LimitRange"}
+SKIPPED_KINDS = {"DaemonSet", "Deployment", "ResourceQuota", "LimitRange"}
+
+
+def user_of(identity: tuple[str, str]) -> str:
+    return f"system:serviceaccount:{identity[0]}:{identity[1]}"
 
 
 def manifest_files() -> list[Path]:
@@ -73,26 +86,29 @@ def catalog_from_configmaps(target: Path) -> Path:
 @pytest.fixture(scope="package")
 def rbac_stack() -> Iterator[HubStack]:
     workdir = Path(tempfile.mkdtemp(prefix="gpuws-e2e-rbac-"))
-    hub_dir = workdir / "hub-sa"  # the hub's $GPUWS_STATE_DIR: only its kubeconfig (the ServiceAccount's)
+    hub_dir = workdir / "hub-sa"  # the hub's $GPUWS_STATE_DIR: only the ServiceAccounts' kubeconfigs
     env = {
         "GPUWS_STATE_DIR": str(hub_dir),
         "KUBECONFIG": str(hub_dir / "kubeconfig"),
+        **{variable: str(hub_dir / f"kubeconfig-{sa[1]}") for sa, variable in SERVICE_SAS.items()},
         "GPUWS_ATTRIBUTION_INTERVAL": "2",
         # as helm-values/values.yaml runs it: watching workspace pods in their namespace only
         "GPUWS_ATTRIBUTION_ARGS": "--namespace gpu-workspaces",
-        "GPUWS_CULLER": "0",  # the culler never calls Kubernetes (10-hub-rbac.yaml): nothing to prove
+        "GPUWS_CULLER": "0",  # the culler never calls Kubernetes (and has no identity): nothing to prove
     }
     stack = HubStack(
         workdir, spawner="gpuworkspace", catalog=catalog_from_configmaps(workdir / "catalog"), extra_env=env
     )
     stack.devcluster = Devcluster(
-        workdir / "devcluster", stack.log_dir, rbac=True, service_accounts=(HUB_SA,)
+        workdir / "devcluster", stack.log_dir, rbac=True, service_accounts=IDENTITIES
     )
     try:
         stack.devcluster.start()
         apply_manifests(stack.kubeconfig)
         hub_dir.mkdir()
         shutil.copy(stack.devcluster.service_account_kubeconfig(*HUB_SA), hub_dir / "kubeconfig")
+        for sa in SERVICE_SAS:
+            shutil.copy(stack.devcluster.service_account_kubeconfig(*sa), hub_dir / f"kubeconfig-{sa[1]}")
         stack.oidc.start()
         stack.hub.start()
     except BaseException:

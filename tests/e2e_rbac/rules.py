@@ -19,20 +19,22 @@ from gpuworkspace_spawner.devcluster.resources import (
     RESOURCE_TYPES,
 )
 
-from .conftest import HUB_SA, MANIFESTS, load_documents, manifest_files
+from .conftest import HUB_SA, IDENTITIES, MANIFESTS, load_documents, manifest_files, user_of
 
-HUB_USER = f"system:serviceaccount:{HUB_SA[0]}:{HUB_SA[1]}"
+HUB_USER = user_of(HUB_SA)
+USERS = tuple(user_of(identity) for identity in IDENTITIES)
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One PolicyRule of a Role (``namespace`` set) or ClusterRole, bound to the hub's ServiceAccount."""
+    """One PolicyRule of a Role (``namespace`` set) or ClusterRole, bound to one ServiceAccount (``user``)."""
 
     source: str  # the file, relative to helm-values/extra-manifests (or the fixture's name)
     kind: str
     namespace: str
     role: str
     index: int
+    user: str  # system:serviceaccount:<namespace>:<name> of the one ServiceAccount bound to the role
     rule: dict[str, Any] = field(hash=False, compare=False)
 
     @property
@@ -45,31 +47,38 @@ class Rule:
         return not self.namespace or self.namespace == namespace
 
 
-def _bound_to_hub(doc: dict[str, Any]) -> bool:
-    return any(
-        s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == HUB_SA
+def _subjects(doc: dict[str, Any]) -> set[str]:
+    """The users of the ServiceAccounts a binding names."""
+    return {
+        user_of((s["namespace"], s["name"]))
         for s in doc.get("subjects") or []
-    )
+        if s.get("kind") == "ServiceAccount"
+    }
 
 
 def all_rules() -> list[Rule]:
-    """Every rule of every Role/ClusterRole that some binding in the same files gives the hub."""
+    """Every rule of every Role/ClusterRole, with the one identity of the run a binding gives it to."""
     docs = [(path, doc) for path in manifest_files() for doc in load_documents(path)]
-    bound = {
-        (d["roleRef"]["kind"], d["metadata"].get("namespace", ""), d["roleRef"]["name"])
-        for _, d in docs
-        if d["kind"] in ("RoleBinding", "ClusterRoleBinding") and _bound_to_hub(d)
-    }
+    bound: dict[tuple[str, str, str], set[str]] = {}
+    for _, d in docs:
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            key = (d["roleRef"]["kind"], d["metadata"].get("namespace", ""), d["roleRef"]["name"])
+            bound.setdefault(key, set()).update(_subjects(d))
     rules = []
     for path, doc in docs:
         if doc["kind"] not in ("Role", "ClusterRole"):
             continue
         namespace = doc["metadata"].get("namespace", "")
-        if (doc["kind"], namespace, doc["metadata"]["name"]) not in bound:
-            raise AssertionError(f"{path.name}: {doc['kind']} {doc['metadata']['name']} is bound to nobody")
+        users = bound.get((doc["kind"], namespace, doc["metadata"]["name"]), set())
+        if len(users) != 1 or not users <= set(USERS):
+            raise AssertionError(
+                f"{path.name}: {doc['kind']} {doc['metadata']['name']} is bound to {sorted(users) or 'nobody'}, "
+                f"not to exactly one of {USERS}"
+            )
+        (user,) = users
         source = str(path.relative_to(MANIFESTS)) if path.is_relative_to(MANIFESTS) else path.name
         for i, rule in enumerate(doc["rules"]):
-            rules.append(Rule(source, doc["kind"], namespace, doc["metadata"]["name"], i, rule))
+            rules.append(Rule(source, doc["kind"], namespace, doc["metadata"]["name"], i, user, rule))
     return rules
 
 
@@ -101,10 +110,11 @@ def grants(rule: Rule) -> list[tuple[str, str, str]]:
 
 
 def uses(rule: Rule, records: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], int]:
-    """How many requests each of the rule's grants allowed (a grant no request used counts 0)."""
+    """How many requests of the rule's identity each of its grants allowed (a grant no request used
+    counts 0)."""
     counts = dict.fromkeys(grants(rule), 0)
     for record in records:
-        if not rule.applies_in(record["namespace"]):
+        if record["user"] != rule.user or not rule.applies_in(record["namespace"]):
             continue
         for attrs in attributes(record):
             if rule_allows(rule.rule, attrs):
@@ -116,13 +126,16 @@ def uses(rule: Rule, records: Iterable[dict[str, Any]]) -> dict[tuple[str, str, 
 
 
 def covers(rule: Rule, record: dict[str, Any]) -> bool:
-    """Whether ``rule`` allows the logged request (for some API group that serves its resource)."""
-    return rule.applies_in(record["namespace"]) and any(
-        rule_allows(rule.rule, attrs) for attrs in attributes(record)
+    """Whether ``rule`` allows the logged request (its identity's, for some API group that serves its
+    resource)."""
+    return (
+        record["user"] == rule.user
+        and rule.applies_in(record["namespace"])
+        and any(rule_allows(rule.rule, attrs) for attrs in attributes(record))
     )
 
 
 def sole_uses(rule: Rule, rules: Iterable[Rule], records: Iterable[dict[str, Any]]) -> int:
-    """Requests ``rule`` allows and no other rule does: each would be denied without it."""
-    others = [r for r in rules if r != rule]
+    """Requests ``rule`` allows and no other rule of its identity does: each would be denied without it."""
+    others = [r for r in rules if r != rule and r.user == rule.user]
     return sum(1 for rec in records if covers(rule, rec) and not any(covers(o, rec) for o in others))

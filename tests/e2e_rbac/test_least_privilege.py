@@ -1,14 +1,17 @@
-"""Least privilege, proven (issue 8): the hub and its services, authenticated as the ServiceAccount
-``jhub/hub`` against a devcluster that enforces RBAC with exactly the rules of
-``helm-values/extra-manifests/`` and z2jh's hub Role (conftest.py), run every lifecycle path.
+"""Least privilege, proven per identity (issues 8 and 14): the hub, authenticated as the ServiceAccount
+``jhub/hub``, and each service that talks to Kubernetes, as its own ServiceAccount
+(``jhub/gpuworkspace-disks``, ``-attribution``, ``-reclaimer``), against a devcluster that enforces RBAC
+with exactly the rules of ``helm-values/extra-manifests/`` and z2jh's hub Role (conftest.py), run every
+lifecycle path. Each rule counts only for the one ServiceAccount its Role is bound to.
 
 - ``lifecycle_log`` drives the paths once (container start/stop/delete with the disk retained/re-adopt/
   reclaim, the fencing check's evidence path, VM start/stop/delete, the disk service's listing,
-  metrics, resize, snapshot and restore, the attribution API) and keeps the hub's requests.
-- Every request was allowed, and every rule was used by at least one request (a rule nothing used
-  is a rule the code does not need).
-- Every used rule alone allowed some request (no other rule did): removing it denies that request, so
-  the "every request was allowed" check of the same run fails. Removal re-runs for representative
+  metrics, resize, snapshot and restore, the attribution API) and keeps the requests of the four
+  identities.
+- Every request of each identity was allowed, and every rule was used by at least one request of its
+  identity (a rule nothing used is a rule the code does not need).
+- Every used rule alone allowed some request of its identity (no other rule of that identity did):
+  removing it denies that request, so the "every request was allowed" check of the same run fails. Removal re-runs for representative
   rules (namespaced Role, ClusterRole, another API group) show the denial happens live: without the
   rule, its path gets a 403 and does not complete.
 
@@ -31,7 +34,7 @@ import pytest
 from tests.e2e.harness import HubStack, http, wait_for
 
 from .conftest import kubectl
-from .rules import HUB_USER, Rule, all_rules, grants, sole_uses, uses
+from .rules import USERS, Rule, all_rules, grants, sole_uses, uses
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -72,8 +75,9 @@ def label(stack: HubStack, kind: str, name: str, key: str) -> str | None:
     return get_json(stack, kind, name)["metadata"]["labels"].get(key)  # type: ignore[no-any-return]
 
 
-def hub_requests(stack: HubStack) -> list[dict[str, Any]]:
-    return [r for r in stack.requests_log() if r["user"] == HUB_USER]
+def identity_requests(stack: HubStack) -> list[dict[str, Any]]:
+    """The requests of the hub's and the services' ServiceAccounts (not the test's own admin ones)."""
+    return [r for r in stack.requests_log() if r["user"] in USERS]
 
 
 def sim_node(stack: HubStack, node: str, action: str) -> None:
@@ -167,25 +171,38 @@ def lifecycle_log(rbac_stack: HubStack) -> Iterator[list[dict[str, Any]]]:
     # again for the removal checks.
     rbac_stack.hub.stop()
     time.sleep(6)  # the devcluster notices a dropped watch at its next write (bookmarks every 5 s)
-    records = hub_requests(rbac_stack)
+    records = identity_requests(rbac_stack)
     rbac_stack.hub.start()
-    print(f"lifecycle as {HUB_USER}: {len(records)} requests in {time.monotonic() - t0:.1f}s")
+    counts = {user: sum(1 for r in records if r["user"] == user) for user in USERS}
+    print(f"lifecycle: {counts} requests in {time.monotonic() - t0:.1f}s")
     yield records
 
 
-def test_every_request_of_the_hub_was_allowed(lifecycle_log: list[dict[str, Any]]) -> None:
-    denied = sorted(
-        {(r["verb"], r["resource"], r["namespace"]) for r in lifecycle_log if r["status"] in (401, 403)}
-    )
-    assert lifecycle_log and denied == []
+@pytest.mark.parametrize("user", USERS)
+def test_every_request_of_each_identity_was_allowed(user: str, lifecycle_log: list[dict[str, Any]]) -> None:
+    """Each ServiceAccount made requests (so each process really ran as its own identity) and none was
+    denied: a service still using the hub's identity would show up as the hub, denied its rules."""
+    mine = [r for r in lifecycle_log if r["user"] == user]
+    denied = sorted({(r["verb"], r["resource"], r["namespace"]) for r in mine if r["status"] in (401, 403)})
+    assert mine and denied == []
 
 
 # Rules no request of the run matches, each with why (findings for the lead: see the module docstring).
 DEVCLUSTER_CANNOT_SHOW = "the devcluster cannot show it is needed: "
+KUBELETS_UNAUTHORIZED = (
+    DEVCLUSTER_CANNOT_SHOW + "its simulated kubelets serve /metrics and /metrics/resource without "
+    "authenticating or authorizing the caller (a real kubelet asks the API server with a SubjectAccessReview)"
+)
+NO_ROOT_CLAIMS = (
+    DEVCLUSTER_CANNOT_SHOW + "the disk service lists VMs and DataVolumes only when a listed claim is a VM "
+    "root disk (labelled gpuworkspace.dev/disk=root, the DataVolume's labels); the devcluster's CDI does not "
+    "copy a DataVolume's labels onto the claim it creates (sim/cdi.py), so no root-disk claim is listed"
+)
 NOT_USED: dict[str, str] = {
-    "10-hub-rbac.yaml:ClusterRole/gpuworkspace-hub#1:nodes/metrics": DEVCLUSTER_CANNOT_SHOW
-    + "its simulated kubelets serve /metrics and /metrics/resource without authenticating or "
-    "authorizing the caller (a real kubelet asks the API server with a SubjectAccessReview)",
+    "60-gpuworkspace-disks.yaml:ClusterRole/gpuworkspace-disks#1:nodes/metrics": KUBELETS_UNAUTHORIZED,
+    "20-attribution-rbac.yaml:ClusterRole/gpuworkspace-attribution#1:nodes/metrics": KUBELETS_UNAUTHORIZED,
+    "60-gpuworkspace-disks.yaml:Role/gpu-workspaces/gpuworkspace-disks#3:virtualmachines": NO_ROOT_CLAIMS,
+    "60-gpuworkspace-disks.yaml:Role/gpu-workspaces/gpuworkspace-disks#5:datavolumes": NO_ROOT_CLAIMS,
     "vm/clone-source-rbac.yaml:Role/vm-images/gpuworkspace-clone-source#0:datavolumes/source": (
         DEVCLUSTER_CANNOT_SHOW + "its CDI clones across namespaces without CDI's admission check "
         "(sim/cdi.py: the clone RBAC is not modelled), so nothing asks for datavolumes/source"
@@ -227,7 +244,7 @@ def test_every_rule_is_used(rule: Rule, lifecycle_log: list[dict[str, Any]]) -> 
 @pytest.mark.parametrize("rule", [_param(r) for r in RULES])
 def test_every_rule_alone_allows_some_request(rule: Rule, lifecycle_log: list[dict[str, Any]]) -> None:
     """Removing the rule makes a test fail: some request of the run was allowed by it and by no other
-    rule, so without it that request is denied and "every request was allowed" fails (the live
+    rule of its identity, so without it that request is denied and "every request was allowed" fails (the live
     removals below show that happen for three rules). A rule another rule duplicates fails here."""
     assert sole_uses(rule, RULES, lifecycle_log) > 0, f"{rule.id}: every request it allowed, another allowed"
 
@@ -300,8 +317,9 @@ def _start_new(stack: HubStack, claim: str) -> bool:
     return True
 
 
-# Representative rules: a namespaced Role's core rule, a ClusterRole's rule, another API group's rule;
-# each with the smallest path that needs it and the request that must then be denied.
+# Representative rules: a namespaced Role's core rule (the hub's), a ClusterRole's rule and another API
+# group's rule (the disk service's); each with the smallest path that needs it and the request of that
+# identity that must then be denied.
 REMOVALS = [
     pytest.param(
         "10-hub-rbac.yaml:Role/gpu-workspaces/gpuworkspace-hub#1:persistentvolumeclaims",
@@ -311,13 +329,13 @@ REMOVALS = [
         id="pvcs-start",
     ),
     pytest.param(
-        "10-hub-rbac.yaml:ClusterRole/gpuworkspace-hub#3:storageclasses",
+        "60-gpuworkspace-disks.yaml:ClusterRole/gpuworkspace-disks#2:storageclasses",
         _resize,
         ("get", "storageclasses"),
         id="storageclasses-resize",
     ),
     pytest.param(
-        "10-hub-rbac.yaml:Role/gpu-workspaces/gpuworkspace-hub#8:volumesnapshots",
+        "60-gpuworkspace-disks.yaml:Role/gpu-workspaces/gpuworkspace-disks#6:volumesnapshots",
         _snapshot,
         ("create", "volumesnapshots"),
         id="volumesnapshots-snapshot",
@@ -343,7 +361,7 @@ def test_removing_a_rule_breaks_its_path(
     original = _without_rule(rbac_stack, rule)
     try:
         worked = probe(rbac_stack, probe_claim)
-        log = hub_requests(rbac_stack)
+        log = [r for r in identity_requests(rbac_stack) if r["user"] == rule.user]
     finally:
         _restore(rbac_stack, original)
     forbidden = {(r["verb"], r["resource"]) for r in log if r["status"] == 403}

@@ -44,6 +44,15 @@ def manifests() -> Iterator[tuple[Path, dict[str, Any]]]:
                 yield path, doc
 
 
+def deployments() -> dict[str, dict[str, Any]]:
+    """The container of each Deployment of extra-manifests/ (a service's own pod), by Deployment name."""
+    return {
+        doc["metadata"]["name"]: doc["spec"]["template"]["spec"]["containers"][0]
+        for _, doc in manifests()
+        if doc["kind"] == "Deployment"
+    }
+
+
 def merge_user_values(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
     """Two ``-f`` files as Helm combines them: maps merged, anything else (lists too) replaced; a null
     is kept, so that it deletes the key when coalesced with the chart's defaults."""

@@ -32,7 +32,9 @@ from tests.helm import (
     WORKSPACE_NAMESPACE,
     coalesce,
     combinations,
+    deployments,
     load_yaml,
+    manifests,
     merge_user_values,
     user_values,
 )
@@ -143,7 +145,11 @@ def _port(url: str | None) -> int | None:
 
 
 def _service_problems(
-    name: str, ours: Mapping[str, Any], theirs: Mapping[str, Any], catalog: str
+    name: str,
+    ours: Mapping[str, Any],
+    theirs: Mapping[str, Any],
+    catalog: str,
+    containers: Mapping[str, Mapping[str, Any]],
 ) -> Iterator[str]:
     where = f"hub.services.{name}"
     for key in ("oauth_no_confirm", "display"):
@@ -151,6 +157,12 @@ def _service_problems(
             yield f"{where}.{key}: {ours.get(key)!r}, hub_config has {theirs.get(key)!r}"
     if _port(ours.get("url")) != _port(theirs.get("url")):
         yield f"{where}.url: port of {ours.get('url')!r} differs from hub_config's {theirs.get('url')!r}"
+    if "command" not in ours:  # an external service: its Deployment runs the command
+        deployment = containers.get(name)
+        if deployment is None:
+            yield f"{where}: no command, and no Deployment {name} in extra-manifests/ runs it"
+            return
+        where, ours = f"Deployment {name}", {**ours, "command": deployment["command"]}
     if ours.get("command", [None])[0] != "python3":
         yield f"{where}.command: start with python3 (the hub image's interpreter)"
     module, opts = _options(list(ours.get("command") or ["", "", ""]))
@@ -233,7 +245,21 @@ def _catalog_mount_problems(values: Mapping[str, Any]) -> Iterator[str]:
 
 def _network_problems(values: Mapping[str, Any]) -> Iterator[str]:
     hub_values = values.get("hub") or {}
-    ports = {_port(s.get("url")) for s in (hub_values.get("services") or {}).values() if s.get("url")}
+    services = hub_values.get("services") or {}
+    # services in the hub pod (url on the hub Service); external ones have a Service of their own
+    ports = {
+        _port(s["url"]) for s in services.values() if s.get("url") and urlparse(s["url"]).hostname == "hub"
+    }
+    own = {
+        (d["metadata"]["name"], p["port"])
+        for _, d in manifests()
+        if d["kind"] == "Service"
+        for p in d["spec"]["ports"]
+    }
+    for name, service in sorted(services.items()):
+        url = urlparse(service.get("url") or "")
+        if url.hostname not in (None, "hub") and (url.hostname, url.port) not in own:
+            yield f"hub.services.{name}.url: no Service {url.hostname} with port {url.port} in extra-manifests/"
     exposed = {p.get("port") for p in (hub_values.get("service") or {}).get("extraPorts") or []}
     for port in sorted(ports - exposed):
         yield f"hub.service.extraPorts: a service listens on {port}, the hub Service does not expose it"
@@ -243,19 +269,26 @@ def _network_problems(values: Mapping[str, Any]) -> Iterator[str]:
         yield f"hub.networkPolicy.ingress: nothing lets the proxy reach port {port}"
 
 
-def consistency_problems(values: Mapping[str, Any], hub: Any) -> list[str]:
-    """What a user would trip over: the values disagree with the hub_config the e2e tests run."""
+def consistency_problems(
+    values: Mapping[str, Any], hub: Any, containers: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[str]:
+    """What a user would trip over: the values (and the services' Deployments, ``containers``: by
+    default those of extra-manifests/) disagree with the hub_config the e2e tests run."""
+    containers = deployments() if containers is None else containers
     problems: list[str] = []
     config = values.get("hub", {}).get("config") or {}
     catalog = (config.get("GPUWorkspaceSpawner") or {}).get("catalog_path", "")
     services = values.get("hub", {}).get("services") or {}
     theirs = {s["name"]: s for s in hub.JupyterHub.services}
     for name in sorted(theirs.keys() - services.keys()):
-        problems.append(f"hub.services.{name}: missing (hub_config registers it)")
+        if "url" not in theirs[name] and name in containers:  # no hub API, no URL: only a Deployment
+            problems += _service_problems(name, {}, theirs[name], catalog, containers)
+        else:
+            problems.append(f"hub.services.{name}: missing (hub_config registers it)")
     for name in sorted(services.keys() - theirs.keys()):
         problems.append(f"hub.services.{name}: not registered by hub_config")
     for name in sorted(theirs.keys() & services.keys()):
-        problems += _service_problems(name, services[name], theirs[name], catalog)
+        problems += _service_problems(name, services[name], theirs[name], catalog, containers)
     problems += _role_problems(values, hub)
     problems += _spawner_problems(values, hub)
     problems += _catalog_mount_problems(values)
@@ -319,13 +352,16 @@ def _changed(path: str, value: Any) -> dict[str, Any]:
             id="service-port",
         ),
         pytest.param(
-            "hub.services.gpuworkspace-disks.command.[2]",
-            "gpuworkspace_spawner.services.disk.app",
-            "runs gpuworkspace_spawner.services.disk.app",
-            id="service-module",
+            "hub.services.gpuworkspace-culler.command.[2]",
+            "gpuworkspace_spawner.services.culler",
+            "runs gpuworkspace_spawner.services.culler",
+            id="managed-service-module",
         ),
         pytest.param(
-            "hub.services.gpuworkspace-reclaimer.command.[4]", "jhub", "--namespace 'jhub'", id="namespace"
+            "hub.services.gpuworkspace-disks.url",
+            "http://gpuworkspace-disk:10101",
+            "no Service gpuworkspace-disk with port 10101",
+            id="external-url",
         ),
         pytest.param(
             "hub.config.GPUWorkspaceSpawner.catalog_dir", "/x", "no such configurable trait", id="trait"
@@ -344,7 +380,38 @@ def test_the_consistency_check_can_fail(path: str, value: Any, expected: str, hu
 
 def test_a_missing_service_is_reported(hub: Any) -> None:
     values = load_yaml(BASE)
-    del values["hub"]["services"]["gpuworkspace-reclaimer"]
-    assert "hub.services.gpuworkspace-reclaimer: missing (hub_config registers it)" in consistency_problems(
+    del values["hub"]["services"]["gpuworkspace-culler"]
+    assert "hub.services.gpuworkspace-culler: missing (hub_config registers it)" in consistency_problems(
         values, hub
     )
+    without_reclaimer = {k: v for k, v in deployments().items() if k != "gpuworkspace-reclaimer"}
+    assert "hub.services.gpuworkspace-reclaimer: missing (hub_config registers it)" in consistency_problems(
+        load_yaml(BASE), hub, without_reclaimer
+    )
+
+
+def _deployment_changed(name: str, index: int, value: str) -> dict[str, dict[str, Any]]:
+    containers = copy.deepcopy(deployments())
+    containers[name]["command"][index] = value
+    return containers
+
+
+@pytest.mark.parametrize(
+    ("name", "index", "value", "expected"),
+    [
+        pytest.param(
+            "gpuworkspace-disks",
+            2,
+            "gpuworkspace_spawner.services.disk.app",
+            "Deployment gpuworkspace-disks.command: runs gpuworkspace_spawner.services.disk.app",
+            id="service-module",
+        ),
+        pytest.param("gpuworkspace-reclaimer", 4, "jhub", "--namespace 'jhub'", id="namespace"),
+        pytest.param(
+            "gpuworkspace-attribution", 8, "0.0.0.0:10199", "is not the url's port", id="listen-port"
+        ),
+    ],
+)
+def test_the_deployment_check_can_fail(name: str, index: int, value: str, expected: str, hub: Any) -> None:
+    problems = consistency_problems(load_yaml(BASE), hub, _deployment_changed(name, index, value))
+    assert any(expected in p for p in problems), problems
