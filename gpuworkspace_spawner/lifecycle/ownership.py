@@ -38,6 +38,8 @@ from gpuworkspace_spawner.manifests.names import (
 )
 from gpuworkspace_spawner.manifests.pvc import format_time
 
+from .diskops import Verdict
+
 OwnerAction = Literal["mine", "legacy", "foreign"]
 ANN_TRANSFERRED_AT = "gpuworkspace.dev/transferred-at"
 ANN_TRANSFERRED_FROM = "gpuworkspace.dev/transferred-from"
@@ -133,15 +135,9 @@ def choose_home_claim(
     return ClaimChoice(name, f"{verdict.reason}; this user's disk is {name}")
 
 
-@dataclass(frozen=True)
-class TransferVerdict:
-    allowed: bool
-    reason: str
-
-
 def decide_transfer(
     claim: Mapping[str, Any], target: WorkspaceIdentity, *, users: list[str], displaced_users: list[str]
-) -> TransferVerdict:
+) -> Verdict:
     """Whether an administrator may give ``claim`` to ``target`` now.
 
     ``users``: pods/VMs mounting the claim; ``displaced_users``: those mounting the target server's
@@ -150,20 +146,20 @@ def decide_transfer(
     meta = _meta(claim)
     name = meta.get("name", "?")
     if not target.owner:
-        return TransferVerdict(False, f"user {target.user!r} has no creation time in the hub; cannot bind")
+        return Verdict(False, f"user {target.user!r} has no creation time in the hub; cannot bind")
     if meta.get("deletionTimestamp"):
-        return TransferVerdict(False, f"claim {name} is being deleted")
+        return Verdict(False, f"claim {name} is being deleted")
     if decide_owner(meta, target).action == "mine" and (meta.get("annotations") or {}).get(ANN_OWNER_CREATED):
-        return TransferVerdict(False, f"claim {name} already belongs to {describe_owner(meta)}")
+        return Verdict(False, f"claim {name} already belongs to {describe_owner(meta)}")
     if users:
-        return TransferVerdict(False, f"claim {name} is mounted by {', '.join(users)}; stop it first")
+        return Verdict(False, f"claim {name} is mounted by {', '.join(users)}; stop it first")
     if displaced_users:
-        return TransferVerdict(
+        return Verdict(
             False,
             f"the current disk of {target.user}/{target.server} is mounted by {', '.join(displaced_users)}; "
             "stop that server first",
         )
-    return TransferVerdict(True, f"claim {name} goes from {describe_owner(meta)} to {target.user}")
+    return Verdict(True, f"claim {name} goes from {describe_owner(meta)} to {target.user}")
 
 
 def build_transfer_patch(
