@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PROFILE = {"profile": "cpu-small"}
 ALICE = "alice@example.com"
 TWIN = label_value(ALICE)  # alice-example.com-<8 hex>: a valid user name, and alice's label value
-BOB = "bob-identity"
+BOB, WS = "bob-identity", "ws"  # named servers: the contents URLs need a server segment
+CLAIM = f"home-{BOB}--{WS}"
 ANN_USER, ANN_OWNER = "gpuworkspace.dev/username", "gpuworkspace.dev/owner-created"
 
 
@@ -45,10 +46,10 @@ def _claim(stack: HubStack, name: str) -> dict[str, Any] | None:
 
 def test_a_colliding_label_does_not_delete_another_users_pod(stack: HubStack) -> None:
     assert TWIN != ALICE and TWIN.startswith("alice-example.com-")
-    start(stack, ALICE, "", PROFILE)
+    start(stack, ALICE, WS, PROFILE)
     try:
         (alice_pod,) = _pods_of(stack, ALICE)
-        start(stack, TWIN, "", PROFILE)
+        start(stack, TWIN, WS, PROFILE)
         try:
             (twin_pod,) = _pods_of(stack, TWIN)
             assert alice_pod["metadata"]["labels"]["gpuworkspace.dev/user"] == TWIN  # the labels collide
@@ -57,8 +58,8 @@ def test_a_colliding_label_does_not_delete_another_users_pod(stack: HubStack) ->
             (still,) = _pods_of(stack, ALICE)
             assert still["metadata"]["uid"] == alice_pod["metadata"]["uid"]
             assert "deletionTimestamp" not in still["metadata"]
-            assert stack.hub.server(ALICE)["ready"]  # type: ignore[index]
-            assert contents(stack, ALICE, "", "")[0] == 200
+            assert stack.hub.server(ALICE, WS)["ready"]  # type: ignore[index]
+            assert contents(stack, ALICE, WS, "")[0] == 200
             removed = [
                 e
                 for e in get_json(stack, "events")["items"]
@@ -67,9 +68,9 @@ def test_a_colliding_label_does_not_delete_another_users_pod(stack: HubStack) ->
             ]
             assert removed == []
         finally:
-            stack.hub.stop_server(TWIN)
+            stack.hub.stop_server(TWIN, WS)
     finally:
-        stack.hub.stop_server(ALICE)
+        stack.hub.stop_server(ALICE, WS)
 
 
 def test_a_recreated_user_gets_a_new_disk_and_a_transfer_hands_the_old_one_over(
@@ -77,56 +78,54 @@ def test_a_recreated_user_gets_a_new_disk_and_a_transfer_hands_the_old_one_over(
     disks: tuple[str, float],  # noqa: F811
 ) -> None:
     base, _ = disks
-    start(stack, BOB, "", PROFILE)
-    write_file(stack, BOB, "", "mine.txt", "the first bob's work")
-    stack.hub.stop_server(BOB)
-    first = _claim(stack, f"home-{BOB}")
+    start(stack, BOB, WS, PROFILE)
+    write_file(stack, BOB, WS, "mine.txt", "the first bob's work")
+    stack.hub.stop_server(BOB, WS)
+    first = _claim(stack, CLAIM)
     assert first is not None and first["metadata"]["annotations"].get(ANN_OWNER), first
     assert stack.hub.api("DELETE", f"/users/{BOB}")[0] == 204
 
     def retained() -> bool:
-        claim = _claim(stack, f"home-{BOB}")
+        claim = _claim(stack, CLAIM)
         return bool(claim) and claim["metadata"]["labels"]["gpuworkspace.dev/disk-state"] == "retained"  # type: ignore[index]
 
     wait_for(retained, 30, "the deleted user's disk retained")
 
     # bob created again: a new owner, a new disk; the first bob's disk stays retained and untouched
     assert stack.hub.api("POST", f"/users/{BOB}")[0] == 201
-    start(stack, BOB, "", PROFILE)
-    assert contents(stack, BOB, "", "mine.txt")[0] == 404
-    claims = [c for c in get_json(stack, "pvc")["items"] if c["metadata"]["name"].startswith(f"home-{BOB}")]
-    second = next(c for c in claims if c["metadata"]["name"] != f"home-{BOB}")
-    assert second["metadata"]["name"].startswith(f"home-{BOB}.owner-"), claims
+    start(stack, BOB, WS, PROFILE)
+    assert contents(stack, BOB, WS, "mine.txt")[0] == 404
+    claims = [c for c in get_json(stack, "pvc")["items"] if c["metadata"]["name"].startswith(CLAIM)]
+    second = next(c for c in claims if c["metadata"]["name"] != CLAIM)
+    assert second["metadata"]["name"].startswith(f"{CLAIM}.owner-"), claims
     assert second["metadata"]["annotations"][ANN_OWNER] != first["metadata"]["annotations"][ANN_OWNER]
-    old = _claim(stack, f"home-{BOB}")
+    old = _claim(stack, CLAIM)
     assert old is not None and old["metadata"]["labels"]["gpuworkspace.dev/disk-state"] == "retained"
     assert old["metadata"]["annotations"][ANN_OWNER] == first["metadata"]["annotations"][ANN_OWNER]
-    write_file(stack, BOB, "", "second.txt", "the second bob's work")
+    write_file(stack, BOB, WS, "second.txt", "the second bob's work")
 
     # the transfer: refused without an admin token and while the target server runs; then done
-    body = {"user": BOB, "server": ""}
-    assert call(base, "not-a-token", "POST", f"api/v1/disks/home-{BOB}/transfer", body)[0] == 403
-    status, answer = call(base, stack.admin_token, "POST", f"api/v1/disks/home-{BOB}/transfer", body)
+    body = {"user": BOB, "server": WS}
+    assert call(base, "not-a-token", "POST", f"api/v1/disks/{CLAIM}/transfer", body)[0] == 403
+    status, answer = call(base, stack.admin_token, "POST", f"api/v1/disks/{CLAIM}/transfer", body)
     assert status == 409 and "stop that server" in answer["message"], answer
-    stack.hub.stop_server(BOB)
-    status, answer = call(base, stack.admin_token, "POST", f"api/v1/disks/home-{BOB}/transfer", body)
+    stack.hub.stop_server(BOB, WS)
+    status, answer = call(base, stack.admin_token, "POST", f"api/v1/disks/{CLAIM}/transfer", body)
     assert status == 200, answer
     assert answer["setAside"] == [second["metadata"]["name"]], answer
-    moved = _claim(stack, f"home-{BOB}")
+    moved = _claim(stack, CLAIM)
     assert moved is not None
     assert moved["metadata"]["annotations"][ANN_OWNER] == second["metadata"]["annotations"][ANN_OWNER]
     assert moved["metadata"]["labels"]["gpuworkspace.dev/disk-state"] == "active"
     aside = _claim(stack, second["metadata"]["name"])
     assert aside is not None and aside["metadata"]["labels"]["gpuworkspace.dev/disk-state"] == "retained"
-    status, answer = call(base, stack.admin_token, "POST", f"api/v1/disks/home-{BOB}/transfer", body)
+    status, answer = call(base, stack.admin_token, "POST", f"api/v1/disks/{CLAIM}/transfer", body)
     assert status == 409 and "already belongs" in answer["message"], answer
 
-    start(stack, BOB, "", PROFILE)
-    assert read_file(stack, BOB, "", "mine.txt") == "the first bob's work"
+    start(stack, BOB, WS, PROFILE)
+    assert read_file(stack, BOB, WS, "mine.txt") == "the first bob's work"
     reasons = {
-        e["reason"]
-        for e in get_json(stack, "events")["items"]
-        if e["involvedObject"]["name"] == f"home-{BOB}"
+        e["reason"] for e in get_json(stack, "events")["items"] if e["involvedObject"]["name"] == CLAIM
     }
     assert "WorkspaceDiskTransferred" in reasons, reasons
-    stack.hub.stop_server(BOB)
+    stack.hub.stop_server(BOB, WS)
