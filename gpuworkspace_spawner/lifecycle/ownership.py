@@ -116,7 +116,8 @@ def choose_home_claim(
     """Which claim a start of ``identity``'s server uses, from the claims in its namespace.
 
     This owner's own claim first (an active one before a retained one, the base name before others); else
-    the base name when it is free or an unstamped disk of this server; else a new claim under
+    the base name when it is free, an unstamped disk of this server, or another server's claim (which
+    the start then refuses, as before); else (a former owner of the same names) a new claim under
     :func:`owner_claim_name`, so a former owner's disk is neither adopted nor overwritten.
     """
     by_name = {str(_meta(c).get("name")): c for c in claims if not _meta(c).get("deletionTimestamp")}
@@ -129,8 +130,8 @@ def choose_home_claim(
     if current is None:
         return ClaimChoice(base, f"no claim {base} yet")
     verdict = decide_owner(_meta(current), identity)
-    if verdict.action != "foreign" or not identity.owner:
-        return ClaimChoice(base, verdict.reason)
+    if verdict.action != "foreign" or not identity.owner or not identity.owns(_meta(current)):
+        return ClaimChoice(base, verdict.reason)  # another server's or user's claim: the start refuses it
     name = owner_claim_name(base, identity)
     return ClaimChoice(name, f"{verdict.reason}; this user's disk is {name}")
 

@@ -189,7 +189,8 @@ OWN_NAME = owner_claim_name("home-bob", BOB_2)
         pytest.param(
             [disk(BOB_2, deletionTimestamp="2026-03-01T00:00:00Z")], "home-bob", id="deleting-ignored"
         ),
-        pytest.param([disk(TWIN, "home-bob")], OWN_NAME, id="other-user-under-base-name"),
+        # another user's claim under this name (a custom template): kept, so the start refuses it
+        pytest.param([disk(TWIN, "home-bob")], "home-bob", id="other-user-under-base-name-refused"),
     ],
 )
 def test_choose_home_claim(claims: list[dict[str, Any]], chosen: str) -> None:
