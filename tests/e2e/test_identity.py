@@ -15,7 +15,7 @@ import pytest
 
 from gpuworkspace_spawner.manifests.names import label_value
 
-from .harness import HubStack, wait_for
+from .harness import HubStack, http, wait_for
 from .test_disk_admin import call, disks  # noqa: F401  # disks: the disk service fixture
 from .test_workspace_lifecycle import contents, get_json, read_file, start, write_file
 
@@ -94,7 +94,9 @@ def test_a_recreated_user_gets_a_new_disk_and_a_transfer_hands_the_old_one_over(
     # bob created again: a new owner, a new disk; the first bob's disk stays retained and untouched
     assert stack.hub.api("POST", f"/users/{BOB}")[0] == 201
     start(stack, BOB, WS, PROFILE)
-    assert contents(stack, BOB, WS, "mine.txt")[0] == 404
+    url = f"{stack.url}/user/{BOB}/{WS}/api/contents/mine.txt"  # a plain-text 404: not contents()
+    status, raw = http("GET", url, headers={"Authorization": f"token {stack.admin_token}"})
+    assert status == 404 and b"does not exist" in raw, raw
     claims = [c for c in get_json(stack, "pvc")["items"] if c["metadata"]["name"].startswith(CLAIM)]
     second = next(c for c in claims if c["metadata"]["name"] != CLAIM)
     assert second["metadata"]["name"].startswith(f"{CLAIM}.owner-"), claims
