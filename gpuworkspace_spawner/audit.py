@@ -37,6 +37,7 @@ Action = Literal[
     "disk-restored",
     "disk-restore-failed",
     "disk-operation-refused",
+    "disk-transferred",  # an admin gave a disk to another owner (lifecycle/ownership.py)
     # the idle culler (services/culler): staged warnings before a stop ("workspace-stopped" above)
     "workspace-cull-warned",
     "workspace-cull-warnings-withdrawn",
@@ -62,6 +63,7 @@ _REASONS: dict[str, str] = {
     "disk-restored": "WorkspaceDiskRestored",
     "disk-restore-failed": "WorkspaceDiskRestoreFailed",
     "disk-operation-refused": "WorkspaceDiskOperationRefused",
+    "disk-transferred": "WorkspaceDiskTransferred",
     "workspace-cull-warned": "WorkspaceCullWarned",
     "workspace-cull-warnings-withdrawn": "WorkspaceCullWarningsWithdrawn",
 }

@@ -39,11 +39,19 @@ from .k8s.errors import as_kubernetes_error, map_api_exception
 from .k8s.reflectors import ClaimReflector, retrying
 from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
+from .lifecycle.ownership import choose_home_claim, decide_owner
 from .lifecycle.retention import decide_home_disk, retain_until
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
 from .lifecycle.state import derive_state, to_json
 from .limiting import new_disk_guard
-from .manifests.names import ANN_LAST_NODE, DISK_HOME, LABEL_DISK, WorkspaceContext, WorkspaceIdentity
+from .manifests.names import (
+    ANN_LAST_NODE,
+    DISK_HOME,
+    LABEL_DISK,
+    WorkspaceContext,
+    WorkspaceIdentity,
+    owner_key,
+)
 from .manifests.pod import build_workspace_pod
 from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
 from .manifests.vm import vm_names
@@ -221,7 +229,11 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     def _identity(self) -> WorkspaceIdentity:
         return WorkspaceIdentity(
-            user=self.user.name, server=self.name or "", namespace=self.namespace, release=self.release_name
+            user=self.user.name,
+            server=self.name or "",
+            namespace=self.namespace,
+            release=self.release_name,
+            owner=owner_key(getattr(self.user, "created", None)),  # the hub user record (ownership.py)
         )
 
     def _context(self) -> WorkspaceContext:
@@ -516,8 +528,13 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     async def _ensure_home_disk(self) -> None:
         """Create, re-adopt or reuse the home claim; refuse (reason 'disk') when it is not ours to use."""
+        reflector = await self._start_watching_claims()
+        base = self._expand_user_properties(self.pvc_name_template)
+        choice = choose_home_claim(list(reflector.claims.values()), base, self._identity())
+        if choice.name != self.pvc_name:
+            self.log.info("Home disk of %s: %s", self._log_name, choice.reason)
+        self.pvc_name = choice.name
         ws = self._context()
-        await self._start_watching_claims()
         claim = self._claim()
         request_timeout = self.k8s_api_request_timeout
         for _ in range(3):
@@ -621,6 +638,13 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             await self._retain_vm_disk(patch, until)
             return
         try:
+            current = await gateway.read_pvc(
+                self.api, self.namespace, self.pvc_name, request_timeout=self.k8s_api_request_timeout
+            )
+            owner = decide_owner(current.get("metadata") or {}, self._identity())
+            if owner.action == "foreign":  # a former owner's disk under this name: not ours to retain
+                self.log.info("Not retaining %s for %s: %s", self.pvc_name, self._log_name, owner.reason)
+                return
             claim = await gateway.patch_pvc(
                 self.api, self.namespace, self.pvc_name, patch, request_timeout=self.k8s_api_request_timeout
             )

@@ -179,10 +179,9 @@ class VMRuntime:
     async def _remove_workspace_pod(self, ws: WorkspaceContext) -> None:
         """One active compute per workspace: a container pod of this workspace goes before the VM starts."""
         reflector = self.pod_reflector
-        own = ws.identity.selector_labels
         for pod in list(reflector.pods.values()):
             labels = pod["metadata"].get("labels") or {}
-            if labels.get(LABEL_VM) or any(labels.get(k) != v for k, v in own.items()):
+            if labels.get(LABEL_VM) or not ws.identity.owns(pod["metadata"]):  # exact names, not labels
                 continue
             name = pod["metadata"]["name"]
             await self._audit(

@@ -20,8 +20,9 @@ def decide_extra_pods(
 ) -> list[str]:
     """Names of this workspace's pods other than ``keep_name`` that are not already terminating, sorted.
 
-    A pod belongs to the workspace when it carries the identity's selector labels (and, when it says,
-    lives in the identity's namespace). The caller deletes the names returned.
+    A pod belongs to the workspace when it carries the identity's selector labels and exact-name
+    annotations (and, when it says, lives in the identity's namespace): a label match alone is not enough,
+    since a hashed label value can equal another user's plain name. The caller deletes the names returned.
     """
     extra = []
     for pod in pods:
@@ -31,6 +32,6 @@ def decide_extra_pods(
             continue
         if meta.get("namespace", identity.namespace) != identity.namespace:
             continue
-        if identity.owns(meta.get("labels")):
+        if identity.owns(meta):
             extra.append(str(name))
     return sorted(extra)

@@ -5,7 +5,8 @@ retention date is unknown is never deleted and never handed to another user.
 
 Lifecycle of a home claim (seed 000 §10): ``active`` (a server uses it, running or stopped) →
 ``retained`` (the server or user was deleted; ``retain-until`` says how long) → deleted by the reclaimer
-once retention has passed and nothing mounts it. A start of the same server during retention adopts it.
+once retention has passed and nothing mounts it. A start of the same server during retention adopts it,
+when the disk's owner is the starting user record (:mod:`~gpuworkspace_spawner.lifecycle.ownership`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any, Literal
 
 from gpuworkspace_spawner.manifests.names import (
     ANN_RETAIN_UNTIL,
-    ANN_USERNAME,
     DISK_HOME,
     DISK_RETAINED,
     DISK_ROOT,
@@ -27,6 +27,8 @@ from gpuworkspace_spawner.manifests.names import (
     WorkspaceIdentity,
 )
 from gpuworkspace_spawner.manifests.pvc import parse_time
+
+from .ownership import decide_owner
 
 DiskAction = Literal["create", "use", "adopt", "refuse"]
 ReclaimAction = Literal["delete", "keep"]
@@ -49,12 +51,6 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-def _owner(meta: Mapping[str, Any]) -> str:
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    return str(annotations.get(ANN_USERNAME) or labels.get(LABEL_USER) or "nobody we know")
-
-
 def decide_home_disk(pvc: Mapping[str, Any] | None, identity: WorkspaceIdentity) -> DiskVerdict:
     """What a start of ``identity``'s server does with the home claim found under its name (or None)."""
     if pvc is None:
@@ -68,8 +64,9 @@ def decide_home_disk(pvc: Mapping[str, Any] | None, identity: WorkspaceIdentity)
             f"claim {name} exists but carries no {LABEL_USER} label; an administrator must label it "
             "for this user (or rename it) before it is mounted",
         )
-    if not identity.owns(labels):
-        return DiskVerdict("refuse", f"claim {name} belongs to user {_owner(meta)}, not to this server")
+    owner = decide_owner(meta, identity)
+    if owner.action == "foreign":
+        return DiskVerdict("refuse", owner.reason)
     if meta.get("deletionTimestamp"):
         return DiskVerdict("refuse", f"claim {name} is being deleted; wait and retry")
     phase = (pvc.get("status") or {}).get("phase")
@@ -80,6 +77,8 @@ def decide_home_disk(pvc: Mapping[str, Any] | None, identity: WorkspaceIdentity)
     if labels.get(LABEL_DISK_STATE) == DISK_RETAINED:
         until = (meta.get("annotations") or {}).get(ANN_RETAIN_UNTIL, "unknown")
         return DiskVerdict("adopt", f"claim {name} was retained (retain-until {until}); adopting it again")
+    if owner.action == "legacy":
+        return DiskVerdict("adopt", owner.reason)
     return DiskVerdict("use", f"claim {name} is this server's home disk")
 
 

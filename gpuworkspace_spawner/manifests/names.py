@@ -10,6 +10,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuworkspace_spawner.catalog.model import Ide, WorkspaceProfile
@@ -42,11 +43,17 @@ ANN_RETAIN_UNTIL = _PREFIX + "retain-until"
 ANN_LAST_NODE = _PREFIX + "last-node"  # where the disk was last attached: a fencing-check input
 ANN_RETAINED_AT = _PREFIX + "retained-at"
 ANN_RETAINED_BY = _PREFIX + "retained-by"
+# on a disk: the creation time of the hub user record that owns it (with ANN_USERNAME, the owner's stable
+# identity: a user deleted and created again under the same name is a new record with a new time)
+ANN_OWNER_CREATED = _PREFIX + "owner-created"
 # set by an admin on a workspace pod (a VM: its template's annotations) to keep the idle culler away
 ANN_CULL_EXEMPT = _PREFIX + "cull-exempt"
 
 RETAINED_BY_SERVER_DELETED = "server-deleted"
 RETAINED_BY_USER_DELETED = "user-deleted"
+RETAINED_BY_TRANSFER = (
+    "transfer-replaced"  # a server's disk set aside when an admin transferred another to it
+)
 
 DEFAULT_SERVER = "default"  # the selector value of JupyterHub's unnamed server ("")
 
@@ -87,12 +94,17 @@ def dns_label(text: str, *, max_length: int = _LABEL_VALUE_MAX) -> str:
 
 @dataclass(frozen=True)
 class WorkspaceIdentity:
-    """Whose workspace this is: a JupyterHub user's server (``server=""`` is the default server)."""
+    """Whose workspace this is: a JupyterHub user's server (``server=""`` is the default server).
+
+    ``owner`` is the stable identity of the user record (:func:`owner_key` of its creation time; empty
+    when unknown): it is written on every disk, and a disk with another owner is never adopted.
+    """
 
     user: str
     server: str
     namespace: str
     release: str = "jupyterhub"
+    owner: str = ""
 
     @property
     def selector_labels(self) -> dict[str, str]:
@@ -102,10 +114,25 @@ class WorkspaceIdentity:
             LABEL_SERVER: label_value(self.server or DEFAULT_SERVER),
         }
 
-    def owns(self, labels: Mapping[str, Any] | None) -> bool:
-        """Whether an object's ``metadata.labels`` carry this workspace's selector labels."""
-        labels = labels or {}
-        return all(labels.get(key) == value for key, value in self.selector_labels.items())
+    @property
+    def name_annotations(self) -> dict[str, str]:
+        """The exact user and server names: what ownership is decided on (labels may be hashed)."""
+        return {ANN_USERNAME: self.user, ANN_SERVERNAME: self.server}
+
+    def owns(self, meta: Mapping[str, Any] | None) -> bool:
+        """Whether an object (its ``metadata``) belongs to this workspace: the selector labels match AND the
+        exact-name annotations equal the user and server names.
+
+        Labels are only an index: a hashed label value can equal another user's plain name
+        (``alice@example.com`` and a user literally named ``alice-example.com-<hash>``), so a label match
+        alone never decides ownership. An object without the name annotations is nobody's (fail closed).
+        """
+        meta = meta or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        return all(labels.get(k) == v for k, v in self.selector_labels.items()) and all(
+            annotations.get(k) == v for k, v in self.name_annotations.items()
+        )
 
 
 @dataclass(frozen=True)
@@ -144,10 +171,49 @@ class WorkspaceContext:
 
     @property
     def annotations(self) -> dict[str, str]:
-        """The raw names behind the (possibly hashed) label values, for people and audit."""
+        """The raw names behind the (possibly hashed) label values: ownership checks read them."""
         return {
-            ANN_USERNAME: self.identity.user,
-            ANN_SERVERNAME: self.identity.server,
+            **self.identity.name_annotations,
             ANN_PROFILE: self.profile.slug,
             ANN_CATALOG_VERSION: self.catalog_version,
         }
+
+    @property
+    def disk_annotations(self) -> dict[str, str]:
+        """A disk's annotations: the names, profile and version, plus the owner's stable identity."""
+        owner = {ANN_OWNER_CREATED: self.identity.owner} if self.identity.owner else {}
+        return {**self.annotations, **owner}
+
+
+def workspace_names(meta: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(user, server) of a workspace object from its exact-name annotations; None when it has none.
+
+    Never from the labels: a hashed label value can equal another user's plain name, so an object
+    without the annotations is attributed to nobody (fail closed).
+    """
+    annotations = (meta or {}).get("annotations") or {}
+    user = annotations.get(ANN_USERNAME)
+    if not isinstance(user, str) or not user:
+        return None
+    server = annotations.get(ANN_SERVERNAME) or ""
+    return user, str(server)
+
+
+def owner_key(created: datetime | str | None) -> str:
+    """The stable identity of a hub user record: its creation time as RFC 3339 UTC with microseconds.
+
+    ``created`` is ``User.created`` (a naive UTC datetime in the hub's database) or the ``created`` string
+    of the hub's REST API user model; both give the same key. Empty when unknown (None, unparseable).
+    The hub's numeric user id is not used: the REST API does not expose it and SQLite hands the highest
+    id out again after that user is deleted.
+    """
+    if isinstance(created, str):
+        try:
+            created = datetime.fromisoformat(created.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return ""
+    if not isinstance(created, datetime):
+        return ""
+    if created.tzinfo is not None:
+        created = created.astimezone(UTC).replace(tzinfo=None)
+    return created.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

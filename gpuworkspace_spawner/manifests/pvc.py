@@ -71,7 +71,7 @@ def build_home_pvc(ws: WorkspaceContext) -> dict[str, Any]:
                 LABEL_DISK_STATE: DISK_ACTIVE,
                 **ws.profile_labels,
             },
-            "annotations": ws.annotations,
+            "annotations": ws.disk_annotations,
         },
         "spec": spec,
     }
@@ -99,7 +99,7 @@ def build_adopt_patch(ws: WorkspaceContext) -> dict[str, Any]:
         "metadata": {
             "labels": {LABEL_DISK_STATE: DISK_ACTIVE, **ws.profile_labels},
             "annotations": {
-                **ws.annotations,
+                **ws.disk_annotations,
                 ANN_RETAIN_UNTIL: None,
                 ANN_RETAINED_AT: None,
                 ANN_RETAINED_BY: None,

@@ -133,7 +133,7 @@ def build_root_disk(ws: WorkspaceContext, names: VmNames) -> dict[str, Any]:
                 LABEL_DISK_STATE: DISK_ACTIVE,
                 **ws.profile_labels,
             },
-            "annotations": {**ws.annotations, ANN_CDI_DELETE_AFTER_COMPLETION: "false"},
+            "annotations": {**ws.disk_annotations, ANN_CDI_DELETE_AFTER_COMPLETION: "false"},
         },
         "spec": {
             "sourceRef": {

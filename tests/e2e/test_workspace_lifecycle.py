@@ -182,6 +182,8 @@ def test_a_stray_pod_of_the_same_workspace_is_removed_before_start(stack: HubSta
                 "gpuworkspace.dev/user": user,
                 "gpuworkspace.dev/server": "one",
             },
+            # the exact names every workspace pod carries: labels alone never make a pod this workspace's
+            "annotations": {"gpuworkspace.dev/username": user, "gpuworkspace.dev/servername": "one"},
         },
         "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 3600"]}]},
     }

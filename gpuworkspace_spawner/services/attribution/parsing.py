@@ -26,13 +26,13 @@ from ...manifests.names import (
     ANN_PROFILE,
     ANN_SERVERNAME,
     ANN_USERNAME,
-    DEFAULT_SERVER,
     LABEL_COST_CENTER,
     LABEL_GPU_MODE,
     LABEL_PROFILE,
     LABEL_RUNTIME,
     LABEL_SERVER,
     LABEL_USER,
+    workspace_names,
 )
 from .model import ContainerUsage, DeviceSample, NodeInfo, ProcessSample, WorkspacePod
 
@@ -440,22 +440,19 @@ def pod_essentials(pod_obj: Mapping[str, Any]) -> dict[str, Any]:
 def workspace_pod(pod_obj: Mapping[str, Any]) -> WorkspacePod | None:
     """A pod → :class:`.WorkspacePod`, or None when it is no workspace or holds nothing.
 
-    Workspaces carry our user label (container pods, and our VMs' virt-launcher pods). Only pods bound
-    to a node that may still hold devices count: Running, or Pending with a node; terminating pods are
-    kept (they hold their devices until they are gone). Names come from the annotations, else the labels.
+        Workspaces carry our user label (container pods, and our VMs' virt-launcher pods). Only pods bound
+        to a node that may still hold devices count: Running, or Pending with a node; terminating pods are
+        kept (they hold their devices until they are gone). Names come from the exact-name annotations only: a
+    pod without them is attributed to nobody.
     """
     meta, spec, status = (pod_obj.get(k) or {} for k in ("metadata", "spec", "status"))
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     phase = str(status.get("phase") or "Pending")
     node = spec.get("nodeName")
-    if LABEL_USER not in labels or not node or phase not in ("Running", "Pending"):
+    names = workspace_names(meta)  # exact names only: a label value may be another user's name hashed
+    if LABEL_USER not in labels or names is None or not node or phase not in ("Running", "Pending"):
         return None
-    user = annotations.get(ANN_USERNAME) or labels[LABEL_USER]
-    if ANN_SERVERNAME in annotations:
-        server = annotations[ANN_SERVERNAME]
-    else:
-        server = labels.get(LABEL_SERVER, "")
-        server = "" if server == DEFAULT_SERVER else server
+    user, server = names
     limits, requests = _pod_resources(spec, "limits"), _pod_resources(spec, "requests")
     gpus = {
         name: int(v)

@@ -24,8 +24,9 @@ from tornado import web
 
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import KubernetesError, Unavailable, gateway
+from ...manifests.names import WorkspaceIdentity
 from ..serving import JsonErrors, ServiceError, listen_address, until_stopped
-from . import access
+from . import access, transfer
 from .metrics import DiskMetrics, KubeletScrape, VolumeStats
 from .operations import DiskOperations, Settings
 
@@ -152,6 +153,27 @@ class ReclaimHandler(ApiHandler):
         self.reply(await self.ops.reclaim(self.caller, claim))
 
 
+class TransferHandler(ApiHandler):
+    """Admin only: give a disk to another owner (``{"user": ..., "server": ""}``; lifecycle/ownership.py)."""
+
+    async def post(self, claim: str) -> None:
+        body = self.body({"user": str, "server": str}, required=["user"])
+        if not body["user"]:
+            raise ServiceError(400, "field 'user' must name a hub user")
+        self.ops.require_admin(self.caller, "transferring a disk")  # before any call to the hub
+        token = self.hub_auth.get_token(self, in_cookie=False) or ""
+        owner = await transfer.hub_user_owner(
+            self.hub_auth.api_url, token, body["user"], timeout_s=self.ops.settings.request_timeout_s
+        )
+        target = WorkspaceIdentity(
+            user=body["user"],
+            server=body.get("server") or "",
+            namespace=self.ops.settings.namespace,
+            owner=owner,
+        )
+        self.reply(await transfer.transfer(self.ops, self.caller, claim, target))
+
+
 class MetricsHandler(ApiHandler):
     needs_service_access = False  # a scraper's token needs read:metrics only (checked below)
 
@@ -198,6 +220,7 @@ def make_app(
         (url_path_join(api, rf"disks/{claim}/snapshots"), SnapshotsHandler, common),
         (url_path_join(api, rf"disks/{claim}/restore"), RestoreHandler, common),
         (url_path_join(api, rf"disks/{claim}/reclaim"), ReclaimHandler, common),
+        (url_path_join(api, rf"disks/{claim}/transfer"), TransferHandler, common),
         (
             url_path_join(prefix, "metrics"),
             MetricsHandler,

@@ -23,14 +23,10 @@ from ...manifests.names import (
     ANN_CATALOG_VERSION,
     ANN_PROFILE,
     ANN_RETAIN_UNTIL,
-    ANN_SERVERNAME,
-    ANN_USERNAME,
-    DEFAULT_SERVER,
     LABEL_CATALOG_VERSION,
     LABEL_DISK_STATE,
     LABEL_PROFILE,
-    LABEL_SERVER,
-    LABEL_USER,
+    workspace_names,
 )
 
 Obj = dict[str, Any]
@@ -47,16 +43,9 @@ def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 def owner(claim: Mapping[str, Any]) -> tuple[str, str]:
-    """(user, server) of a workspace disk: the raw names from the annotations, else the labels."""
-    meta = _meta(claim)
-    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
-    user = annotations.get(ANN_USERNAME) or labels.get(LABEL_USER, "")
-    if ANN_SERVERNAME in annotations:
-        server = annotations[ANN_SERVERNAME]
-    else:
-        server = labels.get(LABEL_SERVER, "")
-        server = "" if server == DEFAULT_SERVER else server
-    return str(user), str(server)
+    """(user, server) of a workspace disk: the exact names from its annotations (``("", "")`` without them:
+    a disk without them is nobody's but the admins'; labels may be hashed and never decide who owns it)."""
+    return workspace_names(_meta(claim)) or ("", "")
 
 
 def _state_function() -> Callable[..., Any] | None:
@@ -88,8 +77,8 @@ class Related:
 
 
 def _same_workspace(obj: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
-    mine, theirs = _meta(claim).get("labels") or {}, _meta(obj).get("labels") or {}
-    return all(theirs.get(k) == mine.get(k) for k in (LABEL_USER, LABEL_SERVER))
+    mine = workspace_names(_meta(claim))
+    return mine is not None and workspace_names(_meta(obj)) == mine  # exact names, not the labels
 
 
 def workspace_state(claim: Mapping[str, Any], related: Related, *, now: datetime) -> Obj:

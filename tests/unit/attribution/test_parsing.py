@@ -415,7 +415,8 @@ def _pod(
         "namespace": "gpu-workspaces",
         "uid": "u1",
         "labels": {"gpuworkspace.dev/user": "alice", **(labels or {})},
-        "annotations": annotations or {},
+        # every workspace pod carries the exact names (manifests/names.py); labels alone name nobody
+        "annotations": {"gpuworkspace.dev/username": "alice", **(annotations or {})},
     }
     if deleting:
         meta["deletionTimestamp"] = "2025-01-01T00:00:00Z"
@@ -483,6 +484,15 @@ def _pod(
             },
             None,
             id="not-a-workspace",
+        ),
+        pytest.param(
+            {
+                "metadata": {"name": "x", "labels": {"gpuworkspace.dev/user": "alice-example.com-ff8d9819"}},
+                "spec": {"nodeName": "n"},
+                "status": {"phase": "Running"},
+            },
+            None,
+            id="labels-without-exact-names-are-nobodys",
         ),
     ],
 )

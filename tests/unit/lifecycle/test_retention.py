@@ -36,7 +36,9 @@ def claim(
         labels[names.LABEL_DISK_STATE] = state
     if disk:
         labels[names.LABEL_DISK] = disk
-    annotations = {names.ANN_USERNAME: owner.user} if owner else {}
+    annotations = dict(owner.name_annotations) if owner else {}
+    if owner and owner.owner:
+        annotations[names.ANN_OWNER_CREATED] = owner.owner
     if retain is not None:
         annotations[names.ANN_RETAIN_UNTIL] = retain
     metadata: dict[str, Any] = {"name": "home-alice", "labels": labels, "annotations": annotations}

@@ -23,7 +23,10 @@ from gpuworkspace_spawner.manifests.names import WorkspaceContext, WorkspaceIden
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CATALOG_VERSION = "2026.03.1"
 
-ALICE = WorkspaceIdentity(user="alice", server="", namespace="gpu-workspaces")
+# owner: the hub user record's creation time (names.owner_key), recorded on every disk
+ALICE = WorkspaceIdentity(
+    user="alice", server="", namespace="gpu-workspaces", owner="2026-02-01T09:30:00.123456Z"
+)
 
 CPU = WorkspaceProfile(
     slug="cpu-small",

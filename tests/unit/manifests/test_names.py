@@ -71,8 +71,9 @@ def test_selector_labels_name_the_default_server() -> None:
     assert ALICE.selector_labels == {names.LABEL_USER: "alice", names.LABEL_SERVER: "default"}
     named = WorkspaceIdentity(user="bob@example.com", server="gpu box", namespace="ns")
     assert named.selector_labels[names.LABEL_SERVER].startswith("gpu-box-")
-    assert named.owns(named.selector_labels)
-    assert not ALICE.owns(named.selector_labels)
+    assert named.owns({"labels": named.selector_labels, "annotations": named.name_annotations})
+    assert not named.owns({"labels": named.selector_labels})  # labels alone never decide ownership
+    assert not ALICE.owns({"labels": named.selector_labels, "annotations": named.name_annotations})
     assert not ALICE.owns(None)
 
 

@@ -244,7 +244,7 @@ def test_root_disk_is_rwo_kept_after_completion_and_never_owned() -> None:
     labels = dv["metadata"]["labels"]
     assert labels[names.LABEL_DISK] == names.DISK_ROOT == "root"
     assert labels[names.LABEL_DISK_STATE] == names.DISK_ACTIVE
-    assert ws.identity.owns(labels)
+    assert ws.identity.owns(dv["metadata"])
 
 
 def test_root_disk_without_class_uses_the_default_storage_class() -> None:
