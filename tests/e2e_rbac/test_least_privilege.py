@@ -13,8 +13,10 @@
   rule, its path gets a 403 and does not complete.
 
 Rules and verbs the run does not use are strict xfails naming why (``NOT_USED``, ``GRANTS_NOT_USED``):
-z2jh's hub Role (unused: nothing runs in jhub), and what the devcluster cannot show (kubelet
-``nodes/metrics`` authorization, CDI's ``datavolumes/source`` clone check). Not applied:
+z2jh's hub Role (unused: nothing runs in jhub), and what the devcluster cannot show (CDI's
+``datavolumes/source`` clone check). The simulated kubelets (HTTPS, certificates from the cluster CA)
+authorize ``get nodes/metrics`` through the API like a real kubelet's SubjectAccessReview, and the
+request log records it as the caller's request, so that rule is proven like the others. Not applied:
 the agent's DaemonSet (the devcluster serves no apps/v1).
 """
 
@@ -183,9 +185,6 @@ def test_every_request_of_the_hub_was_allowed(lifecycle_log: list[dict[str, Any]
 # Rules no request of the run matches, each with why (findings for the lead: see the module docstring).
 DEVCLUSTER_CANNOT_SHOW = "the devcluster cannot show it is needed: "
 NOT_USED: dict[str, str] = {
-    "10-hub-rbac.yaml:ClusterRole/gpuworkspace-hub#1:nodes/metrics": DEVCLUSTER_CANNOT_SHOW
-    + "its simulated kubelets serve /metrics and /metrics/resource without authenticating or "
-    "authorizing the caller (a real kubelet asks the API server with a SubjectAccessReview)",
     "vm/clone-source-rbac.yaml:Role/vm-images/gpuworkspace-clone-source#0:datavolumes/source": (
         DEVCLUSTER_CANNOT_SHOW + "its CDI clones across namespaces without CDI's admission check "
         "(sim/cdi.py: the clone RBAC is not modelled), so nothing asks for datavolumes/source"

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
@@ -105,10 +106,16 @@ def _parser() -> argparse.ArgumentParser:
         "--kubelet-scheme",
         choices=("https", "http"),
         default=env("GPUWS_ATTRIBUTION_KUBELET_SCHEME") or "https",
-        help="how to reach kubelets' :10250/metrics/resource (https with the ServiceAccount token)",
+        help="how to reach kubelets' :10250/metrics/resource: https (verified, with the service's token) "
+        "or http (no token; test clusters)",
     )
     p.add_argument("--kubelet-port", type=int, default=10250)
-    p.add_argument("--kubelet-verify-tls", action="store_true", help="verify kubelet serving certificates")
+    p.add_argument(
+        "--kubelet-ca",
+        default=env("GPUWS_ATTRIBUTION_KUBELET_CA") or None,
+        help="CA file that signs the kubelets' serving certificates (default: the cluster CA); the token is "
+        "sent only to kubelets it verifies",
+    )
     p.add_argument(
         "--prometheus-url",
         default=env("GPUWS_ATTRIBUTION_PROMETHEUS_URL") or "",
@@ -165,7 +172,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         agent_port_name=args.agent_port_name,
         kubelet_scheme=args.kubelet_scheme,
         kubelet_port=args.kubelet_port,
-        kubelet_verify_tls=args.kubelet_verify_tls,
+        kubelet_ca=Path(args.kubelet_ca) if args.kubelet_ca else None,
         timeout_s=args.scrape_timeout,
         prometheus_url=args.prometheus_url,
         prometheus_token=token,

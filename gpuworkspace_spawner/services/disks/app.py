@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
@@ -24,9 +25,10 @@ from tornado import web
 
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import KubernetesError, Unavailable, gateway
+from ..kubelets import KubeletAccess
 from ..serving import JsonErrors, ServiceError, listen_address, until_stopped
 from . import access
-from .metrics import DiskMetrics, KubeletScrape, VolumeStats
+from .metrics import DiskMetrics, VolumeStats
 from .operations import DiskOperations, Settings
 
 log = logging.getLogger("gpuworkspace.disks")
@@ -234,11 +236,15 @@ def _parser() -> argparse.ArgumentParser:
         "--kubelet-scheme",
         choices=("https", "http"),
         default="https",
-        help="how to reach kubelets' :10250/metrics",
+        help="how to reach kubelets' :10250/metrics: https (verified, with the service's token) or http "
+        "(no token; test clusters)",
     )
     parser.add_argument("--kubelet-port", type=int, default=10250)
     parser.add_argument(
-        "--kubelet-verify-tls", action="store_true", help="verify kubelet serving certificates"
+        "--kubelet-ca",
+        default=None,
+        help="CA file that signs the kubelets' serving certificates (default: the cluster CA); the token is "
+        "sent only to kubelets it verifies",
     )
     parser.add_argument(
         "--metrics-public", action="store_true", help="serve /metrics without a read:metrics token"
@@ -275,9 +281,8 @@ async def serve(args: argparse.Namespace) -> int:
         delete_timeout_s=timeout,
         bind_timeout_s=timeout,
     )
-    stats = VolumeStats(
-        KubeletScrape(args.kubelet_scheme, args.kubelet_port, verify_tls=args.kubelet_verify_tls)
-    )
+    ca = Path(args.kubelet_ca) if args.kubelet_ca else None
+    stats = VolumeStats(KubeletAccess(args.kubelet_scheme, args.kubelet_port, ca))
     ops = DiskOperations(api, settings, catalog, stats)
     # the instance HubOAuthCallbackHandler uses too: the OAuth state (PKCE verifier, next URL) is in it
     hub_auth = HubOAuth.instance() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
