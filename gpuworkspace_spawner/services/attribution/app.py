@@ -25,7 +25,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ...k8s.observing import load_config
-from ..serving import hub_prefix, listen_address, until_stopped
+from ..serving import add_body_limit_argument, http_server, hub_prefix, listen_address, until_stopped
 from .collector import Collector, hub_groups_from_env
 from .handlers import (
     SERVICE,
@@ -149,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help=f"host:port (default: from JUPYTERHUB_SERVICE_URL, else 127.0.0.1:{DEFAULT_PORT})",
     )
+    add_body_limit_argument(p)
     return p
 
 
@@ -225,7 +226,8 @@ async def serve(args: argparse.Namespace) -> int:
         prometheus=source.prometheus,
     )
     host, port = _listen(args)
-    server = make_app(state).listen(port, host, xheaders=True)
+    server = http_server(make_app(state), max_body_bytes=args.max_body_bytes)
+    server.listen(port, host)
     # the collector's pure work runs on a thread: hand the GIL back to the API's loop every 1 ms, not 5
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     _tune_malloc()

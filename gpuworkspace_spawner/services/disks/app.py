@@ -26,7 +26,14 @@ from tornado import web
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import KubernetesError, Unavailable, gateway
 from ..kubelets import KubeletAccess
-from ..serving import JsonErrors, ServiceError, listen_address, until_stopped
+from ..serving import (
+    JsonErrors,
+    ServiceError,
+    add_body_limit_argument,
+    http_server,
+    listen_address,
+    until_stopped,
+)
 from . import access
 from .metrics import DiskMetrics, VolumeStats
 from .operations import DiskOperations, Settings
@@ -255,6 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--listen", default="", help="host:port (default: from JUPYTERHUB_SERVICE_URL, else 127.0.0.1:10101)"
     )
+    add_body_limit_argument(parser)
     return parser
 
 
@@ -291,7 +299,8 @@ async def serve(args: argparse.Namespace) -> int:
         ops, hub_auth, prefix, DiskMetrics(stats, args.alert_threshold), metrics_public=args.metrics_public
     )
     host, port = _listen(args)
-    server = app.listen(port, host, xheaders=True)
+    server = http_server(app, max_body_bytes=args.max_body_bytes)
+    server.listen(port, host)
     log.info("gpuworkspace-disks on http://%s:%s%s (namespace %s)", host, port, prefix, args.namespace)
     try:
         await until_stopped()
