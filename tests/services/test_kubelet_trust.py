@@ -228,3 +228,22 @@ async def test_attribution_sends_the_token_only_to_the_verified_kubelet(
     (error,) = errors
     assert error.startswith("kubelet rogue: serving certificate not verified against")
     assert error.endswith("no token sent")
+
+
+async def test_attribution_with_no_ca_scrapes_nothing_and_says_why(
+    serve_kubelet: Callable[..., Kubelet], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = Configuration()
+    conf.api_key["BearerToken"] = f"Bearer {TOKEN}"
+    monkeypatch.setattr(Configuration, "_default", conf)
+    kubelet = serve_kubelet(trustme.CA())
+    source = KubernetesSource(Settings(kubelet_port=kubelet.port, agent_service=None, timeout_s=5))
+    try:
+        usage, errors = await source._kubelets([NodeInfo(name="n", ready=True, address="127.0.0.1")], now=1.0)
+    finally:
+        source.http.close()
+    assert kubelet.seen == [] and usage == []
+    (error,) = errors
+    assert (
+        error.startswith("kubelet: no CA to verify kubelet serving certificates") and "no token sent" in error
+    )
