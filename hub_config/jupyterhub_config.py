@@ -346,9 +346,6 @@ def _register_disk_service() -> None:
             "gpu-workspaces",
             "--catalog",
             str(CATALOG),
-            # the devcluster's kubelets serve plain HTTP; real kubelets need https (the default)
-            "--kubelet-scheme",
-            "http",
         ],
         "environment": _kubeconfig("DISKS"),
         "oauth_no_confirm": True,
@@ -401,9 +398,6 @@ def _register_attribution_service() -> None:
         "gpuworkspace_spawner.services.attribution",
         "--interval",
         _env("GPUWS_ATTRIBUTION_INTERVAL", "15"),
-        # the devcluster's kubelets serve plain HTTP; real kubelets need https (the default)
-        "--kubelet-scheme",
-        "http",
     ]
     if os.environ.get("GPUWS_ATTRIBUTION_PROMETHEUS_URL"):
         command += ["--prometheus-url", os.environ["GPUWS_ATTRIBUTION_PROMETHEUS_URL"]]

@@ -4,6 +4,12 @@ PyYAML's safe loader, with three changes: timestamps stay strings (``2026-12-01`
 date), duplicate keys are errors instead of silently keeping the last one, and each document is
 copied into plain dicts/lists/scalars under a size budget (aliases cannot blow up into millions of
 nodes; recursive aliases are refused).
+
+Aliases and merge keys (``<<: *a``) repeat what an anchor holds; a few lines of them can stand for
+millions of values (each line doubling the last). Before anything is constructed, the composed node
+graph is measured (each node's expanded size once, so the measure is linear in what the file writes)
+and a file whose aliases add more than :data:`MAX_ALIAS_VALUES` values is refused, naming the line
+and field where the limit is crossed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ COMPOSE_MAX_DEPTH = 4 * MAX_DEPTH  # while parsing: far below Python's recursion
 # while parsing, a little above the exact budget, so that files near it get the exact check's answer
 # (after alias expansion, naming the field)
 COMPOSE_MAX_NODES = MAX_NODES + 50
+# values that aliases and merge keys may add to a file beyond those it writes (sharing a block of
+# defaults among profiles needs a few hundred; 10,000 take ~60 ms to copy)
+MAX_ALIAS_VALUES = 10_000
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -37,6 +46,7 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self._composed = 0
         self._depth = 0
+        self._alias_values = 0  # added by aliases in the file's documents so far
 
     def _count(self) -> Any:
         start = self.peek_event().start_mark  # type: ignore[no-untyped-call]
@@ -67,6 +77,14 @@ class _Loader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_document(self, node: yaml.Node) -> Any:
+        """Refuse the alias amplification before constructing anything (:func:`alias_expansion`)."""
+        found = alias_expansion(node, MAX_ALIAS_VALUES - self._alias_values)
+        if isinstance(found, AliasExpansionError):
+            raise found
+        self._alias_values += found
+        return super().construct_document(node)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
         for key_node, _ in node.value:
@@ -80,6 +98,84 @@ class _Loader(yaml.SafeLoader):
                     )
                 seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
+
+
+class AliasExpansionError(yaml.YAMLError):
+    """Aliases and merge keys in a document add more values than allowed; names where."""
+
+    def __init__(self, path: tuple[str | int, ...], line: int, profile: str | None) -> None:
+        self.path, self.line, self.profile = path, line, profile
+        self.message = (
+            f"line {line}: YAML aliases and merge keys repeat more than {MAX_ALIAS_VALUES} values in this "
+            "file by here (an alias repeats every value under its anchor); write fewer of them"
+        )
+        super().__init__(self.message)
+
+
+def _expanded_sizes(root: yaml.Node) -> dict[int, int]:
+    """id(node) → values the node stands for once aliases are expanded (keys not counted, as in
+    :func:`_plain`). Each node is measured once; a recursive alias counts 1 (:func:`_plain` refuses it)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    cap = MAX_NODES * 10  # bigger sizes are all "too big": keeps the sums small integers
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            return 1
+        active.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(value) for _, value in node.value)
+        active.discard(key)
+        sizes[key] = min(total, cap)
+        return sizes[key]
+
+    size(root)
+    return sizes
+
+
+def _children(node: yaml.Node) -> list[tuple[str | int, yaml.Node]]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(enumerate(node.value))
+    if isinstance(node, yaml.MappingNode):
+        return [(str(k.value) if isinstance(k, yaml.ScalarNode) else "?", v) for k, v in node.value]
+    return []
+
+
+def _node_profile(root: yaml.Node) -> str | None:
+    """``metadata.name`` of a document's node graph, if it is a plain string there."""
+    metadata = dict(_children(root)).get("metadata")
+    name = dict(_children(metadata)).get("name") if metadata is not None else None
+    return str(name.value) if isinstance(name, yaml.ScalarNode) else None
+
+
+def alias_expansion(root: yaml.Node, allowed: int) -> int | AliasExpansionError:
+    """Values the aliases of a composed document add (each alias counts what it repeats), or the
+    error naming the first place, in document order, where they pass ``allowed``.
+
+    Linear in the nodes the document writes: a node met again through an alias is not walked again,
+    its measured size is added."""
+    sizes = _expanded_sizes(root)
+    seen: set[int] = set()
+    added = 0
+    stack: list[tuple[yaml.Node, tuple[str | int, ...], int]] = [(root, (), root.start_mark.line + 1)]
+    while stack:
+        node, path, line = stack.pop()
+        if id(node) in seen:  # an alias (or a merge key's value): everything it repeats is added
+            added += sizes[id(node)]
+            if added > allowed:
+                return AliasExpansionError(path, line, _node_profile(root))
+            continue
+        seen.add(id(node))
+        stack.extend(
+            (child, (*path, part), node.start_mark.line + 1) for part, child in reversed(_children(node))
+        )
+    return added
 
 
 def _timestamp_as_text(loader: _Loader, node: yaml.Node) -> str:
@@ -172,6 +268,9 @@ def parse_documents(file: CatalogFile, problems: list[CatalogProblem]) -> list[D
     """The file's non-empty YAML documents; appends a problem (and returns none) when it does not parse."""
     try:
         raw = list(yaml.load_all(file.text, Loader=_Loader))  # _Loader is a SafeLoader
+    except AliasExpansionError as exc:
+        problems.append(CatalogProblem(file.name, exc.profile, format_path(exc.path), exc.message))
+        return []
     except yaml.YAMLError as exc:
         problems.append(_yaml_problem(file.name, exc))
         return []

@@ -192,11 +192,32 @@ class ApiServer:
         return _ready(_respond(found[0], found[1]))
 
     # ------------------------------------------------------------------ auth
+    def review(self, authorization: str, attrs: rbac.RequestAttributes, user_agent: str = "") -> None:
+        """What a kubelet's webhook authentication and authorization (a TokenReview, then a
+        SubjectAccessReview for ``attrs``) decide about a request it was sent: nothing when allowed,
+        else :class:`ApiError` 401 or 403. Logged as that user's request for ``attrs`` (as an audit of
+        the review would show it), so that least-privilege tests see the permission used."""
+        started = time.monotonic()
+        resource = attrs.resource + (f"/{attrs.subresource}" if attrs.subresource else "")
+        record = RequestRecord(
+            time.time(), "GET", attrs.verb, resource, "", attrs.name, 0, 0.0, user_agent, ""
+        )
+        try:
+            user = self._authenticate_header(authorization)
+            record.user = user.name
+            self._authorize(user, attrs)
+        except ApiError as exc:
+            self._logged(record, exc.code, started)
+            raise
+        self._logged(record, 200, started)
+
     def _authenticate(self, request: web.Request) -> rbac.UserInfo:
+        return self._authenticate_header(request.headers.get("Authorization", ""))
+
+    def _authenticate_header(self, header: str) -> rbac.UserInfo:
         auth = self.config.authenticator
         if auth is None:
             return rbac.UserInfo("system:admin", ("system:masters", "system:authenticated"))
-        header = request.headers.get("Authorization", "")
         token = header[7:].strip() if header.lower().startswith("bearer ") else ""
         user = auth.authenticate(token) if token else None
         if user is None:

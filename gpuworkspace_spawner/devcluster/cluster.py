@@ -70,6 +70,7 @@ class DevCluster:
         persist, seed, auth, rbac_enabled = opts.persist, opts.seed, opts.auth, opts.rbac_enabled
         bookmark_interval_s = opts.bookmark_interval_s
         self._ssl: ssl.SSLContext | None = None
+        self._ca: trustme.CA | None = None
         self._ca_pem = b""
         self.store = Store(self.state_dir if persist else None)
         self.verbs = Verbs(self.store)
@@ -164,10 +165,20 @@ class DevCluster:
                 ca.cert_pem.write_to_path(str(ca_cert))
                 ca.private_key_pem.write_to_path(str(ca_key))
                 ca_key.chmod(0o600)
+        self._ca = ca
         leaf = ca.issue_cert(self.host, "localhost", "127.0.0.1", "kubernetes.default.svc")
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         leaf.configure_cert(context)
         return context, ca.cert_pem.bytes()
+
+    def serving_context(self, *names: str) -> ssl.SSLContext | None:
+        """A server SSL context with a certificate for ``names`` signed by the cluster CA (None without
+        TLS): what a kubelet gets with ``serverTLSBootstrap`` and an approved CSR."""
+        if self._ca is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._ca.issue_cert(*names).configure_cert(context)
+        return context
 
     def client_ssl_context(self) -> ssl.SSLContext | None:
         """An SSL context trusting this cluster's CA (None without TLS), for raw HTTP clients in tests."""

@@ -1,15 +1,27 @@
-"""What every HTTP hub service here does the same way: JSON errors, where to listen, running until a signal."""
+"""What every HTTP hub service here does the same way: JSON errors, where to listen, a bound on request
+bodies, running until a signal."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
 import signal
+import socket
+from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import urlparse
 
-from tornado import web
+from tornado import gen, httputil, web
+from tornado.http1connection import HTTP1Connection
+from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream, StreamClosedError
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # the services' JSON bodies are a few hundred bytes
+_HEADER_ROOM = 64 << 10  # read buffer room for the request line and headers, above the body limit
+LINGER_S = 5.0  # after a 413: how long what the client still sends is read and dropped before closing
 
 
 def hub_prefix(hub_auth: Any) -> str:
@@ -49,6 +61,11 @@ class JsonErrors(web.RequestHandler):
         super()._handle_request_exception(e)
 
 
+def shown(value: str, limit: int = 60) -> str:
+    """A query value quoted for an error message, cut to ``limit`` characters (a 4 KB value is not echoed)."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
 def listen_address(listen: str | None, default_port: int) -> tuple[str, int]:
     """``--listen HOST:PORT`` if given, else the host and port of ``JUPYTERHUB_SERVICE_URL``."""
     if listen:
@@ -65,3 +82,102 @@ async def until_stopped() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+class _BodyLimit(httputil.HTTPServerConnectionDelegate):
+    """Refuses a request whose ``Content-Length`` is over ``limit`` with 413 before reading its body,
+    then closes the connection (the only way not to read it; :func:`_linger`). A chunked body over
+    the limit is cut by tornado's own ``max_body_size`` (400, connection closed)."""
+
+    def __init__(self, app: web.Application, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    def start_request(
+        self, server_conn: object, request_conn: httputil.HTTPConnection
+    ) -> httputil.HTTPMessageDelegate:
+        return _LimitedRequest(self.app.start_request(server_conn, request_conn), request_conn, self.limit)
+
+    def on_close(self, server_conn: object) -> None:
+        self.app.on_close(server_conn)
+
+
+class _LimitedRequest(httputil.HTTPMessageDelegate):
+    def __init__(
+        self, inner: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limit: int
+    ) -> None:
+        self.inner, self.conn, self.limit = inner, conn, limit
+        self.refused = False
+
+    def headers_received(
+        self,
+        start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
+        headers: httputil.HTTPHeaders,
+    ) -> Awaitable[None] | None:
+        length = headers.get("Content-Length", "")
+        if not (length.isdigit() and int(length) > self.limit):
+            return self.inner.headers_received(start_line, headers)
+        self.refused = True
+        return self._refuse(int(length))
+
+    async def _refuse(self, length: int) -> None:
+        message = f"the request body ({length} bytes) is over the limit of {self.limit} bytes"
+        body = json.dumps({"status": 413, "message": message}).encode()
+        headers = httputil.HTTPHeaders(
+            {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close"}
+        )
+        start = httputil.ResponseStartLine("HTTP/1.1", 413, "Content Too Large")
+        await self.conn.write_headers(start, headers, body)
+        if isinstance(self.conn, HTTP1Connection):
+            await _linger(self.conn.detach(), self.limit)  # no more HTTP on it: the body is never parsed
+        else:
+            self.conn.finish()
+
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        return None if self.refused else self.inner.data_received(chunk)
+
+    def finish(self) -> None:
+        if not self.refused:
+            self.inner.finish()
+
+    def on_connection_close(self) -> None:
+        if not self.refused:
+            self.inner.on_connection_close()
+
+
+async def _linger(stream: IOStream, max_bytes: int) -> None:
+    """Close as web servers do after refusing an unread body (nginx's lingering close): stop sending,
+    read and drop what the client still sends for up to :data:`LINGER_S` (at most ``max_bytes``),
+    then close. Closing at once with unread data makes the kernel reset the connection, and the
+    client may lose the answer before reading it."""
+    try:
+        stream.socket.shutdown(socket.SHUT_WR)
+        deadline = IOLoop.current().time() + LINGER_S
+        dropped = 0
+        while dropped <= max_bytes:
+            dropped += len(await gen.with_timeout(deadline, stream.read_bytes(64 << 10, partial=True)))
+    except (StreamClosedError, TimeoutError, OSError):
+        pass  # the client closed, or took too long
+    finally:
+        stream.close()
+
+
+def add_body_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--max-body-bytes`` (default ``$GPUWS_MAX_BODY_BYTES`` or 1 MiB)."""
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=int(os.environ.get("GPUWS_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES),
+        help="refuse request bodies larger than this with 413, unread (default 1 MiB)",
+    )
+
+
+def http_server(app: web.Application, *, max_body_bytes: int) -> HTTPServer:
+    """The server for a service's ``app`` behind the hub's proxy (``X-Forwarded-*`` trusted): request
+    bodies over ``max_body_bytes`` are refused (413, unread) and no more than that is buffered.
+    Call ``listen(port, host)`` on it."""
+    return HTTPServer(
+        _BodyLimit(app, max_body_bytes),
+        xheaders=True,
+        max_body_size=max_body_bytes,
+        max_buffer_size=max_body_bytes + _HEADER_ROOM,
+    )

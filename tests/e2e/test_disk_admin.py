@@ -59,7 +59,8 @@ def disks(stack: HubStack) -> Iterator[tuple[str, float]]:
     for name in ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_CLIENT_ID"):
         env.pop(name, None)
     argv = [sys.executable, "-m", "gpuworkspace_spawner.services.disks.app", "--namespace", NS]
-    argv += ["--catalog", str(stack.workdir / "catalog"), "--kubelet-scheme", "http", "--timeout", "60"]
+    # https (the default): the kubelets' certificates verify against the kubeconfig's CA
+    argv += ["--catalog", str(stack.workdir / "catalog"), "--timeout", "60"]
     proc = Proc("gpuworkspace-disks", argv, stack.log_dir / "disks.log", env, cwd=REPO).start()
     base = f"http://127.0.0.1:{port}{PREFIX}"
     try:

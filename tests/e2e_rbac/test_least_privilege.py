@@ -16,8 +16,10 @@ lifecycle path. Each rule counts only for the one ServiceAccount its Role is bou
   rule, its path gets a 403 and does not complete.
 
 Rules and verbs the run does not use are strict xfails naming why (``NOT_USED``, ``GRANTS_NOT_USED``):
-z2jh's hub Role (unused: nothing runs in jhub), and what the devcluster cannot show (kubelet
-``nodes/metrics`` authorization, CDI's ``datavolumes/source`` clone check). Not applied:
+z2jh's hub Role (unused: nothing runs in jhub), and what the devcluster cannot show (CDI's
+``datavolumes/source`` clone check). The simulated kubelets (HTTPS, certificates from the cluster CA)
+authorize ``get nodes/metrics`` through the API like a real kubelet's SubjectAccessReview, and the
+request log records it as the caller's request, so that rule is proven like the others. Not applied:
 the agent's DaemonSet (the devcluster serves no apps/v1).
 """
 
@@ -189,18 +191,12 @@ def test_every_request_of_each_identity_was_allowed(user: str, lifecycle_log: li
 
 # Rules no request of the run matches, each with why (findings for the lead: see the module docstring).
 DEVCLUSTER_CANNOT_SHOW = "the devcluster cannot show it is needed: "
-KUBELETS_UNAUTHORIZED = (
-    DEVCLUSTER_CANNOT_SHOW + "its simulated kubelets serve /metrics and /metrics/resource without "
-    "authenticating or authorizing the caller (a real kubelet asks the API server with a SubjectAccessReview)"
-)
 NO_ROOT_CLAIMS = (
     DEVCLUSTER_CANNOT_SHOW + "the disk service lists VMs and DataVolumes only when a listed claim is a VM "
     "root disk (labelled gpuworkspace.dev/disk=root, the DataVolume's labels); the devcluster's CDI does not "
     "copy a DataVolume's labels onto the claim it creates (sim/cdi.py), so no root-disk claim is listed"
 )
 NOT_USED: dict[str, str] = {
-    "60-gpuworkspace-disks.yaml:ClusterRole/gpuworkspace-disks#1:nodes/metrics": KUBELETS_UNAUTHORIZED,
-    "20-attribution-rbac.yaml:ClusterRole/gpuworkspace-attribution#1:nodes/metrics": KUBELETS_UNAUTHORIZED,
     "60-gpuworkspace-disks.yaml:Role/gpu-workspaces/gpuworkspace-disks#3:virtualmachines": NO_ROOT_CLAIMS,
     "60-gpuworkspace-disks.yaml:Role/gpu-workspaces/gpuworkspace-disks#5:datavolumes": NO_ROOT_CLAIMS,
     "vm/clone-source-rbac.yaml:Role/vm-images/gpuworkspace-clone-source#0:datavolumes/source": (

@@ -18,6 +18,7 @@ class SimContext:
     topology: Any = None  # sim.topology.Topology
     devices: Any = None  # sim.devices.DeviceManager
     components: dict[str, Any] = field(default_factory=dict)
+    cluster: Any = None  # the DevCluster: its CA signs the kubelets' serving certificates, its API authorizes
 
     def path(self, *parts: str) -> Path:
         return self.state_dir.joinpath(*parts)

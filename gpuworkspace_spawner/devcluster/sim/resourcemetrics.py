@@ -1,6 +1,12 @@
 """What a simulated node serves for metrics, on its InternalIP: the kubelet's ``/metrics/resource`` and
-``/metrics`` (port 10250, plain HTTP) and, on GPU nodes, dcgm-exporter's ``/metrics`` (port 9400, rendered by
+``/metrics`` (port 10250) and, on GPU nodes, dcgm-exporter's ``/metrics`` (port 9400, rendered by
 :mod:`.dcgm`), with the GPU operator's discovery objects. :class:`DcgmExporter` runs both.
+
+The kubelet port is HTTPS when the cluster serves TLS, as a real kubelet's: its serving certificate
+(node IP and name) is signed by the cluster CA, as with ``serverTLSBootstrap`` (clients verify it with
+the kubeconfig's CA), and a request needs a bearer token the API authenticates and that RBAC allows
+``get`` on ``nodes/metrics`` (webhook authentication and authorization: 401, 403 otherwise). Without
+TLS it is plain HTTP with no checks (a test cluster's).
 
 ``/metrics/resource`` is what metrics-server scrapes. Families, help texts, label names and the
 per-sample millisecond timestamps are the kubelet's (``pkg/kubelet/metrics/collectors/resource_metrics.go``):
@@ -33,6 +39,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ..errors import ApiError
+from ..rbac import RequestAttributes
 from ..resources import ResourceType
 from ..store import Obj, TypeKey
 from ..verbs import Verbs
@@ -504,7 +512,13 @@ class DcgmExporter(SimController):
             return True
         render = self.render if kind == "dcgm" else self.render_resource
 
+        cluster = self.ctx.cluster
+        tls = cluster.serving_context(ip, node) if kind == "kubelet" and cluster is not None else None
+
         async def handler(request: web.Request) -> web.Response:
+            refused = self._refused(request, node) if tls is not None else None
+            if refused is not None:
+                return refused
             return web.Response(body=render(node).encode(), headers={"Content-Type": _CONTENT_TYPE})
 
         app = web.Application()
@@ -512,6 +526,9 @@ class DcgmExporter(SimController):
         if kind == "kubelet":
 
             async def volume_stats(request: web.Request) -> web.Response:
+                refused = self._refused(request, node) if tls is not None else None
+                if refused is not None:
+                    return refused
                 stats = await asyncio.to_thread(_volume_stats, mounted_volumes(self.ctx, node))
                 body = render_volume_stats(stats).encode()
                 return web.Response(body=body, headers={"Content-Type": _CONTENT_TYPE})
@@ -520,13 +537,27 @@ class DcgmExporter(SimController):
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
         await runner.setup()
         try:
-            await web.TCPSite(runner, ip, port, reuse_address=True).start()
+            await web.TCPSite(runner, ip, port, reuse_address=True, ssl_context=tls).start()
         except OSError as exc:
             log.warning("devcluster %s: cannot serve %s on %s:%s: %s", self.name, kind, ip, port, exc)
             await runner.cleanup()
             return False
         self._sites[(node, kind)] = _Site(ip, runner)
         return True
+
+    def _refused(self, request: web.Request, node: str) -> web.Response | None:
+        """The kubelet's answer when the API does not authenticate the caller or authorize
+        ``get nodes/metrics`` on ``node`` (its webhook auth), else None."""
+        attrs = RequestAttributes(verb="get", resource="nodes", subresource="metrics", name=node)
+        try:
+            self.ctx.cluster.api.review(
+                request.headers.get("Authorization", ""), attrs, request.headers.get("User-Agent", "")
+            )
+        except ApiError as exc:
+            if exc.code == 401:  # noqa: PLR2004
+                return web.Response(status=401, text="Unauthorized")
+            return web.Response(status=exc.code, text=exc.message)
+        return None
 
     def _sync_discovery(self) -> None:
         addresses: list[tuple[str, str, bool]] = []  # (node, ip, ready)

@@ -61,6 +61,7 @@ class Simulation:
             state_dir=Path(state_dir),
             pod_runtime=cluster.pod_runtime,
             topology=load_topology(self.topology_path),
+            cluster=cluster,
         )
         topology = await apply_topology(ctx)
         ctx.devices = DeviceManager(ctx.state_dir, topology)

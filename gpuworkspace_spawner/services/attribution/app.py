@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
@@ -24,7 +25,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ...k8s.observing import load_config
-from ..serving import hub_prefix, listen_address, until_stopped
+from ..serving import add_body_limit_argument, http_server, hub_prefix, listen_address, until_stopped
 from .collector import Collector, hub_groups_from_env
 from .handlers import (
     SERVICE,
@@ -105,10 +106,16 @@ def _parser() -> argparse.ArgumentParser:
         "--kubelet-scheme",
         choices=("https", "http"),
         default=env("GPUWS_ATTRIBUTION_KUBELET_SCHEME") or "https",
-        help="how to reach kubelets' :10250/metrics/resource (https with the ServiceAccount token)",
+        help="how to reach kubelets' :10250/metrics/resource: https (verified, with the service's token) "
+        "or http (no token; test clusters)",
     )
     p.add_argument("--kubelet-port", type=int, default=10250)
-    p.add_argument("--kubelet-verify-tls", action="store_true", help="verify kubelet serving certificates")
+    p.add_argument(
+        "--kubelet-ca",
+        default=env("GPUWS_ATTRIBUTION_KUBELET_CA") or None,
+        help="CA file that signs the kubelets' serving certificates (default: the cluster CA); the token is "
+        "sent only to kubelets it verifies",
+    )
     p.add_argument(
         "--prometheus-url",
         default=env("GPUWS_ATTRIBUTION_PROMETHEUS_URL") or "",
@@ -142,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help=f"host:port (default: from JUPYTERHUB_SERVICE_URL, else 127.0.0.1:{DEFAULT_PORT})",
     )
+    add_body_limit_argument(p)
     return p
 
 
@@ -165,7 +173,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         agent_port_name=args.agent_port_name,
         kubelet_scheme=args.kubelet_scheme,
         kubelet_port=args.kubelet_port,
-        kubelet_verify_tls=args.kubelet_verify_tls,
+        kubelet_ca=Path(args.kubelet_ca) if args.kubelet_ca else None,
         timeout_s=args.scrape_timeout,
         prometheus_url=args.prometheus_url,
         prometheus_token=token,
@@ -218,7 +226,8 @@ async def serve(args: argparse.Namespace) -> int:
         prometheus=source.prometheus,
     )
     host, port = _listen(args)
-    server = make_app(state).listen(port, host, xheaders=True)
+    server = http_server(make_app(state), max_body_bytes=args.max_body_bytes)
+    server.listen(port, host)
     # the collector's pure work runs on a thread: hand the GIL back to the API's loop every 1 ms, not 5
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     _tune_malloc()

@@ -26,7 +26,7 @@ from ..disks.access import (
     reads_every_server,
     who,
 )
-from ..serving import JsonErrors, ServiceError
+from ..serving import JsonErrors, ServiceError, shown
 from . import access, dashboard
 from .aggregate import RANKINGS
 from .collector import Collector, Snapshot
@@ -38,6 +38,7 @@ log = logging.getLogger("gpuworkspace.attribution")
 SERVICE = "gpuworkspace-attribution"
 WINDOW = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_WINDOW_S = 366 * 86400
 DEFAULT_TRENDS = ("cluster:gpu_util", "cluster:gpus_allocated", "cluster:gpus_busy")
 
 
@@ -101,6 +102,8 @@ class WorkspacesHandler(ApiHandler):
     def get(self) -> None:
         snap = self.snapshot()
         user = self.get_argument("user", None)
+        if user is not None and not user:
+            raise ServiceError(400, "user: empty; give a hub user name, or leave the parameter out")
         if user is None and reads_every_server(self.caller):
             self.reply(snap.workspaces_body)
             return
@@ -130,13 +133,12 @@ class TopHandler(ApiHandler):
         snap = self.snapshot()
         by = self.get_argument("by", "gpu")
         if by not in RANKINGS:
-            raise ServiceError(400, f"unknown ranking {by!r}; one of {', '.join(RANKINGS)}")
-        try:
-            limit = int(self.get_argument("limit", "10"))
-        except ValueError:
-            raise ServiceError(400, "limit must be an integer") from None
-        if not 1 <= limit <= 1000:  # noqa: PLR2004 - the documented range
-            raise ServiceError(400, "limit must be between 1 and 1000")
+            raise ServiceError(400, f"by: unknown ranking {shown(by)}; one of {', '.join(RANKINGS)}")
+        text = self.get_argument("limit", "10")
+        # (at most 4 digits: int() refuses 4,300 of them with a ValueError of its own)
+        if not (text.isascii() and text.isdigit() and len(text) <= 4 and 1 <= int(text) <= 1000):  # noqa: PLR2004
+            raise ServiceError(400, f"limit must be an integer between 1 and 1000, not {shown(text)}")
+        limit = int(text)
         users = access.visible_users(self.caller, snap.groups_of_user)
         scope = "all users" if users is None else "members of your groups and you"
         self.reply(
@@ -160,9 +162,12 @@ class GroupsHandler(ApiHandler):
 def parse_window(text: str) -> float:
     """``90``, ``15m``, ``1h``, ``1d`` -> seconds."""
     m = WINDOW.match(text.strip())
-    if not m or float(m.group(1)) <= 0:
-        raise ServiceError(400, f"window {text!r}: a positive number with an optional unit s, m, h or d")
-    return float(m.group(1)) * UNITS[m.group(2)]
+    seconds = float(m.group(1)) * UNITS[m.group(2)] if m else 0.0
+    if not 0 < seconds <= MAX_WINDOW_S:  # 1e999 is inf, which JSON cannot carry
+        raise ServiceError(
+            400, f"window {shown(text)}: a positive number with an optional unit s, m, h or d, at most 366d"
+        )
+    return seconds
 
 
 class TrendsHandler(ApiHandler):

@@ -5,7 +5,8 @@ the node agent, or Prometheus.
   labels) are kept by list + watch through :mod:`gpuworkspace_spawner.k8s.observing`; no polling.
 - dcgm-exporter and the node agent are found through the EndpointSlices of their Services and scraped
   concurrently each cycle; the kubelets' ``/metrics/resource`` on each node's InternalIP gives CPU (a
-  rate between two scrapes) and memory.
+  rate between two scrapes) and memory. The kubelets get the service's token only over TLS verified
+  against the cluster CA (:mod:`..kubelets`: never a token to an unverified peer).
 - With a Prometheus URL, instant queries (:data:`.parsing.PROMQL`) replace the scrapes.
 
 Scraped texts are cut to the families the parsers use (:func:`metric_lines`) before
@@ -33,11 +34,18 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from ...k8s import KubernetesError, Unavailable
 from ...k8s.observing import ObjectWatch, endpoint_slice_watch, node_watch, pod_watches
 from ...manifests.names import LABEL_USER
+from ..kubelets import (
+    KubeletAccess,
+    KubeletTrustError,
+    Trust,
+    describe_failure,
+    kubelet_request,
+    resolve_trust,
+)
 from . import parsing
 from .model import ContainerUsage, DeviceSample, NodeInfo, Observation, ProcessSample, WorkspacePod
 
 log = logging.getLogger("gpuworkspace.attribution")
-SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 UsageKey = tuple[str, str]
 
 
@@ -89,8 +97,7 @@ class Settings:
     agent_port_name: str = "metrics"
     kubelet_scheme: str = "https"
     kubelet_port: int = 10250
-    kubelet_verify_tls: bool = False
-    token_path: Path = SA_TOKEN
+    kubelet_ca: Path | None = None  # None: the cluster CA of the Kubernetes client configuration
     timeout_s: float = 5.0
     prometheus_url: str = ""
     prometheus_token: str = ""
@@ -104,14 +111,15 @@ class Http:
         self.settings = settings
         self.client = AsyncHTTPClient(force_instance=True, max_clients=settings.max_clients)
 
-    async def get(self, url: str, headers: Mapping[str, str] | None = None, *, verify: bool = True) -> str:
+    async def get(self, url: str | HTTPRequest, headers: Mapping[str, str] | None = None) -> str:
+        """The body of a GET of ``url`` (a prepared request is sent as it is: the kubelets')."""
         timeout = self.settings.timeout_s
-        request = HTTPRequest(
-            url,
-            headers=dict(headers or {}),
-            request_timeout=timeout,
-            connect_timeout=timeout,
-            validate_cert=verify,
+        request = (
+            url
+            if isinstance(url, HTTPRequest)
+            else HTTPRequest(
+                url, headers=dict(headers or {}), request_timeout=timeout, connect_timeout=timeout
+            )
         )
         response = await self.client.fetch(request)
         return str(response.body.decode())
@@ -233,12 +241,10 @@ class KubernetesSource:
             raise Unavailable(503, watched.error)
         return slice_endpoints(list(watched.objects.values()), port_name)
 
-    async def _get_cut(
-        self, url: str, families: Iterable[str] | None, headers: Mapping[str, str] | None = None, **kw: Any
-    ) -> str:
+    async def _get_cut(self, url: str | HTTPRequest, families: Iterable[str] | None) -> str:
         """A scrape cut to ``families`` (:func:`metric_lines`) as soon as it arrives, so that only
         the cut texts of a cycle's scrapes are held at once, not the whole ones."""
-        text = await self.http.get(url, headers, **kw)
+        text = await self.http.get(url)
         return text if families is None else await asyncio.to_thread(metric_lines, text, families)
 
     async def _scrape(
@@ -303,38 +309,41 @@ class KubernetesSource:
                 errors.append(f"agent {endpoint.node}: unparsable metrics: {exc}")
         return processes, frozenset(up), errors
 
-    def _kubelet_headers(self) -> dict[str, str]:
+    @property
+    def kubelet_access(self) -> KubeletAccess:
         s = self.settings
-        if s.kubelet_scheme == "https" and s.token_path.exists():
-            return {"Authorization": f"Bearer {s.token_path.read_text().strip()}"}
-        return {}
+        return KubeletAccess(s.kubelet_scheme, s.kubelet_port, s.kubelet_ca, s.timeout_s)
 
     async def _kubelets(
         self, nodes: Sequence[NodeInfo], now: float
     ) -> tuple[list[ContainerUsage], list[str]]:
-        s = self.settings
+        access = self.kubelet_access
         targets = [n for n in nodes if n.address]
-        headers = self._kubelet_headers()
+        try:
+            trust = await resolve_trust(access)
+        except KubeletTrustError as exc:  # fail closed: no scrape, so no token; the figures are unavailable
+            self._usage_prev, self._usage_prev_at = {}, None
+            return [], [f"kubelet: {exc}"] if targets else []
         results = await asyncio.gather(
             *(
                 self._get_cut(
-                    Endpoint(n.name, n.address or "", s.kubelet_port).url(
-                        s.kubelet_scheme, "/metrics/resource"
-                    ),
-                    KUBELET_FAMILIES,
-                    headers,
-                    verify=s.kubelet_verify_tls,
+                    kubelet_request(access, trust, n.address or "", "/metrics/resource"), KUBELET_FAMILIES
                 )
                 for n in targets
             ),
             return_exceptions=True,
         )
+        return await self._kubelet_usage(targets, results, trust, now)
+
+    async def _kubelet_usage(
+        self, targets: Sequence[NodeInfo], results: Sequence[str | BaseException], trust: Trust, now: float
+    ) -> tuple[list[ContainerUsage], list[str]]:
         current: dict[UsageKey, tuple[float, float, float | None]] = {}
         errors: list[str] = []
         for node, result in zip(targets, results, strict=True):
             if isinstance(result, BaseException):
                 if node.ready:  # a NotReady node's kubelet is expected to be silent; the node shows it
-                    errors.append(f"kubelet {node.name}: {_reason(result)}")
+                    errors.append(f"kubelet {node.name}: {describe_failure(result, trust)}")
                 continue
             try:
                 current.update(

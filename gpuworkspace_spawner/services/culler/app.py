@@ -29,7 +29,7 @@ from traitlets import Bool, Dict, Float, Integer, List, Set, TraitError, Unicode
 from traitlets.config import Application
 
 from ...catalog import CatalogSource
-from ..serving import listen_address, until_stopped
+from ..serving import DEFAULT_MAX_BODY_BYTES, http_server, listen_address, until_stopped
 from .cycle import SERVICE, ArbiterHook, Culler, Options
 from .gpusource import GpuSource
 from .hubapi import Http, HttpError, HubApi
@@ -112,6 +112,7 @@ class CullerApp(Application):
         "config": "CullerApp.config_file",
         "catalog": "CullerApp.catalog",
         "listen": "CullerApp.listen",
+        "max-body-bytes": "CullerApp.max_body_bytes",
         "log-level": "Application.log_level",
     }
     _catalog_source: CatalogSource | None = None  # follows the catalog's files once `catalog` is read
@@ -208,6 +209,10 @@ class CullerApp(Application):
         "",
         help=f"host:port to serve on (default: from JUPYTERHUB_SERVICE_URL, else 127.0.0.1:{DEFAULT_PORT}).",
     ).tag(config=True)
+    max_body_bytes = Integer(
+        help="Request bodies larger than this many bytes are refused with 413, unread (default 1 MiB; "
+        "$GPUWS_MAX_BODY_BYTES).",
+    ).tag(config=True)
     config_file = Unicode(CONFIG_FILE, help="The traitlets config file (missing is fine unless given).").tag(
         config=True
     )
@@ -215,6 +220,10 @@ class CullerApp(Application):
     @default("proxy_url")
     def _default_proxy_url(self) -> str:
         return next((os.environ[k] for k in PROXY_URL_ENV if os.environ.get(k)), "")
+
+    @default("max_body_bytes")
+    def _default_max_body_bytes(self) -> int:
+        return int(os.environ.get("GPUWS_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES)
 
     @default("attribution_url")
     def _default_attribution_url(self) -> str:
@@ -360,7 +369,9 @@ class CullerApp(Application):
         hub_auth = HubOAuth.instance() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or f"/services/{SERVICE}/"
         host, port = listen_address(self.listen, DEFAULT_PORT)
-        server = make_app(culler.state, hub_auth=hub_auth, prefix=prefix).listen(port, host, xheaders=True)
+        app = make_app(culler.state, hub_auth=hub_auth, prefix=prefix)
+        server = http_server(app, max_body_bytes=self.max_body_bytes)
+        server.listen(port, host)
         loop = asyncio.create_task(run_forever(culler, self.interval, self.policy))
         mode = " (dry run)" if self.dry_run else ""
         log.info("%s on http://%s:%s%s, every %ss%s", SERVICE, host, port, prefix, self.interval, mode)

@@ -29,7 +29,10 @@ def is_admin(model: Mapping[str, Any]) -> bool:
 
 
 def may_read(model: Mapping[str, Any], user: str, *, service: str) -> bool:
-    """Whether the caller may see ``user``'s workspaces and snapshots."""
+    """Whether the caller may see ``user``'s workspaces and snapshots (nobody's, for no name: an empty
+    filter is not a scope)."""
+    if not user:
+        return False
     scopes = _scopes(model)
     if check_scopes({f"read:servers!user={user}"}, scopes):
         return True

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
@@ -25,9 +26,17 @@ from tornado import web
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import KubernetesError, Unavailable, gateway
 from ...manifests.names import WorkspaceIdentity
-from ..serving import JsonErrors, ServiceError, listen_address, until_stopped
+from ..kubelets import KubeletAccess
+from ..serving import (
+    JsonErrors,
+    ServiceError,
+    add_body_limit_argument,
+    http_server,
+    listen_address,
+    until_stopped,
+)
 from . import access, transfer
-from .metrics import DiskMetrics, KubeletScrape, VolumeStats
+from .metrics import DiskMetrics, VolumeStats
 from .operations import DiskOperations, Settings
 
 log = logging.getLogger("gpuworkspace.disks")
@@ -257,11 +266,15 @@ def _parser() -> argparse.ArgumentParser:
         "--kubelet-scheme",
         choices=("https", "http"),
         default="https",
-        help="how to reach kubelets' :10250/metrics",
+        help="how to reach kubelets' :10250/metrics: https (verified, with the service's token) or http "
+        "(no token; test clusters)",
     )
     parser.add_argument("--kubelet-port", type=int, default=10250)
     parser.add_argument(
-        "--kubelet-verify-tls", action="store_true", help="verify kubelet serving certificates"
+        "--kubelet-ca",
+        default=None,
+        help="CA file that signs the kubelets' serving certificates (default: the cluster CA); the token is "
+        "sent only to kubelets it verifies",
     )
     parser.add_argument(
         "--metrics-public", action="store_true", help="serve /metrics without a read:metrics token"
@@ -272,6 +285,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--listen", default="", help="host:port (default: from JUPYTERHUB_SERVICE_URL, else 127.0.0.1:10101)"
     )
+    add_body_limit_argument(parser)
     return parser
 
 
@@ -298,9 +312,8 @@ async def serve(args: argparse.Namespace) -> int:
         delete_timeout_s=timeout,
         bind_timeout_s=timeout,
     )
-    stats = VolumeStats(
-        KubeletScrape(args.kubelet_scheme, args.kubelet_port, verify_tls=args.kubelet_verify_tls)
-    )
+    ca = Path(args.kubelet_ca) if args.kubelet_ca else None
+    stats = VolumeStats(KubeletAccess(args.kubelet_scheme, args.kubelet_port, ca))
     ops = DiskOperations(api, settings, catalog, stats)
     # the instance HubOAuthCallbackHandler uses too: the OAuth state (PKCE verifier, next URL) is in it
     hub_auth = HubOAuth.instance() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
@@ -309,7 +322,8 @@ async def serve(args: argparse.Namespace) -> int:
         ops, hub_auth, prefix, DiskMetrics(stats, args.alert_threshold), metrics_public=args.metrics_public
     )
     host, port = _listen(args)
-    server = app.listen(port, host, xheaders=True)
+    server = http_server(app, max_body_bytes=args.max_body_bytes)
+    server.listen(port, host)
     log.info("gpuworkspace-disks on http://%s:%s%s (namespace %s)", host, port, prefix, args.namespace)
     try:
         await until_stopped()

@@ -3,7 +3,7 @@
 Every kubelet serves ``kubelet_volume_stats_capacity_bytes`` and ``kubelet_volume_stats_used_bytes``
 (labels ``namespace``, ``persistentvolumeclaim``) on ``:10250/metrics`` for the volumes mounted on its
 node. :class:`VolumeStats` scrapes every node's InternalIP (from the API's node list) and keeps the
-last result; :class:`DiskMetrics` turns it into ``gpuworkspace_disk_used_ratio`` and
+last result (the service's token goes only to kubelets whose certificate verifies: :mod:`..kubelets`); :class:`DiskMetrics` turns it into ``gpuworkspace_disk_used_ratio`` and
 ``gpuworkspace_disk_capacity_alert`` per workspace claim. Only mounted disks have stats: a stopped
 workspace's disk has no usage until it runs again.
 """
@@ -15,20 +15,26 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from ...lifecycle.diskops import decide_capacity_alert, usage_ratio
+from ..kubelets import (
+    KubeletAccess,
+    KubeletTrustError,
+    Trust,
+    describe_failure,
+    kubelet_request,
+    resolve_trust,
+)
 from .views import Usage, owner
 
 log = logging.getLogger("gpuworkspace.disks")
 CAPACITY, USED = "kubelet_volume_stats_capacity_bytes", "kubelet_volume_stats_used_bytes"
-SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 Key = tuple[str, str]  # (namespace, claim)
 
 
@@ -52,37 +58,14 @@ def node_address(node: Mapping[str, Any]) -> str | None:
 
 
 @dataclass
-class KubeletScrape:
-    """How to reach the kubelets: ``https`` with the pod's ServiceAccount token in a cluster."""
-
-    scheme: str = "https"
-    port: int = 10250
-    timeout_s: float = 5.0
-    verify_tls: bool = False  # kubelet serving certificates are rarely signed by a CA we hold
-    token_path: Path = SA_TOKEN
-
-    def request(self, ip: str) -> HTTPRequest:
-        headers = {}
-        if self.scheme == "https" and self.token_path.exists():
-            headers["Authorization"] = f"Bearer {self.token_path.read_text().strip()}"
-        host = f"[{ip}]" if ":" in ip else ip
-        return HTTPRequest(
-            f"{self.scheme}://{host}:{self.port}/metrics",
-            headers=headers,
-            request_timeout=self.timeout_s,
-            connect_timeout=self.timeout_s,
-            validate_cert=self.verify_tls,
-        )
-
-
-@dataclass
 class VolumeStats:
     """The last scrape of all kubelets (refreshed at most every ``min_age_s``)."""
 
-    scrape: KubeletScrape
+    access: KubeletAccess
     min_age_s: float = 5.0
     usage: dict[Key, Usage] = field(default_factory=dict)
     failed_nodes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # why, per node, as "node: reason"
     scraped_at: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -91,24 +74,34 @@ class VolumeStats:
             if time.monotonic() - self.scraped_at < self.min_age_s:
                 return
             targets = [(n["metadata"]["name"], node_address(n)) for n in nodes]
-            results = await asyncio.gather(*(self._one(ip) for _, ip in targets if ip))
-            named = [name for name, ip in targets if ip]
+            errors = {name: "no InternalIP" for name, ip in targets if not ip}
+            named = [(name, ip) for name, ip in targets if ip]
             usage: dict[Key, Usage] = {}
-            failed = [name for name, _ in targets if not _]
-            for name, result in zip(named, results, strict=True):
-                if result is None:
-                    failed.append(name)
+            try:
+                trust = await resolve_trust(self.access)
+            except KubeletTrustError as exc:  # fail closed: nothing is sent, every node's usage is unknown
+                log.error("Cannot read volume stats: %s", exc)
+                errors.update((name, str(exc)) for name, _ in named)
+                named = []
+            results = await asyncio.gather(*(self._one(name, ip, trust) for name, ip in named))
+            for (name, _), result in zip(named, results, strict=True):
+                if isinstance(result, str):
+                    errors[name] = result
                 else:
                     usage.update(result)
-            self.usage, self.failed_nodes, self.scraped_at = usage, sorted(failed), time.monotonic()
+            self.usage, self.scraped_at = usage, time.monotonic()
+            self.failed_nodes = sorted(errors)
+            self.errors = [f"{name}: {why}" for name, why in sorted(errors.items())]
 
-    async def _one(self, ip: str) -> dict[Key, Usage] | None:
+    async def _one(self, node: str, ip: str, trust: Trust) -> dict[Key, Usage] | str:
+        """The node's volume stats, or why not."""
         try:
-            response = await AsyncHTTPClient().fetch(self.scrape.request(ip))
+            response = await AsyncHTTPClient().fetch(kubelet_request(self.access, trust, ip, "/metrics"))
             return parse_volume_stats(response.body.decode())
         except (HTTPClientError, OSError, ValueError) as exc:
-            log.warning("Cannot read volume stats from the kubelet at %s: %s", ip, exc)
-            return None
+            why = describe_failure(exc, trust)
+            log.warning("Cannot read volume stats from the kubelet of %s at %s: %s", node, ip, why)
+            return why
 
 
 class DiskMetrics(Collector):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import os
 import re
+import ssl
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuworkspace_spawner.devcluster.cluster import DevCluster
@@ -438,3 +441,69 @@ async def test_exporter_serves_node_metrics_and_publishes_discovery(cluster: Dev
         assert (await _get(f"http://{ip}:9400/metrics"))[0] == 200
     finally:
         await exporter.stop()
+
+
+async def _get_as(url: str, token: str | None, context: ssl.SSLContext) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, headers=headers, ssl=context, timeout=aiohttp.ClientTimeout(total=5)) as r,
+    ):
+        return r.status, await r.text()
+
+
+async def test_a_tls_clusters_kubelet_verifies_with_the_cluster_ca_and_authorizes_nodes_metrics(
+    tmp_path: Path,
+) -> None:
+    """As a real kubelet with serverTLSBootstrap and webhook auth: a serving certificate for the node IP
+    from the cluster CA (the kubeconfig's), 401 without a token, 403 without ``get nodes/metrics``."""
+    async with DevCluster(tmp_path / "state", tls=True, rbac_enabled=True) as cluster:
+        ctx = SimContext(
+            verbs=cluster.verbs, state_dir=cluster.state_dir, pod_runtime=cluster.pod_runtime, cluster=cluster
+        )
+        topo = load_topology()
+        ctx.topology, ctx.devices = topo, DeviceManager(cluster.state_dir, topo)
+        ip = topo.node("cpu-node-a").internal_ip
+        cluster.verbs.create(
+            NODES,
+            "",
+            {
+                "metadata": {"name": "cpu-node-a"},
+                "status": {
+                    "addresses": [{"type": "InternalIP", "address": ip}],
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            },
+        )
+        kubeconfig = yaml.safe_load(cluster.kubeconfig.read_text())
+        ca_pem = base64.b64decode(kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"])
+        trusting = ssl.create_default_context(cadata=ca_pem.decode())
+        admin = kubeconfig["users"][0]["user"]["token"]
+        reader_config = yaml.safe_load(cluster.service_account_kubeconfig("monitoring", "reader").read_text())
+        reader = reader_config["users"][0]["user"]["token"]
+        url = f"https://{ip}:10250/metrics/resource"
+        exporter = DcgmExporter(ctx)
+        await exporter.start()
+        try:
+            await exporter.settle()
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):  # not a publicly trusted cert
+                await _get_as(url, None, ssl.create_default_context())
+            assert await _get_as(url, None, trusting) == (401, "Unauthorized")
+            status, text = await _get_as(url, reader, trusting)
+            assert (
+                status == 403
+                and "nodes/metrics" in text
+                and "system:serviceaccount:monitoring:reader" in text
+            )
+            status, text = await _get_as(url, admin, trusting)
+            assert status == 200 and "container_cpu_usage_seconds_total" in text
+            assert (await _get_as(f"https://{ip}:10250/metrics", admin, trusting))[0] == 200
+        finally:
+            await exporter.stop()
+    reviews = [(r.user, r.verb, r.resource, r.name, r.status) for r in cluster.api.request_log if r.name]
+    assert reviews == [
+        ("", "get", "nodes/metrics", "cpu-node-a", 401),
+        ("system:serviceaccount:monitoring:reader", "get", "nodes/metrics", "cpu-node-a", 403),
+        ("system:admin", "get", "nodes/metrics", "cpu-node-a", 200),
+        ("system:admin", "get", "nodes/metrics", "cpu-node-a", 200),
+    ]

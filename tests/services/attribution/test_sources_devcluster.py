@@ -3,7 +3,8 @@
 A workspace pod (our labels, one whole GPU) runs on the devcluster; its GPU load is scripted through
 the devcluster's control API (``/_devcluster/sim/workload``), which drives the simulated dcgm-exporter.
 The Observation the sources build must name the pod's user and carry the scripted utilisation, and the
-rules must attribute the card to that workspace as measured.
+rules must attribute the card to that workspace as measured. The cluster serves TLS and checks tokens,
+so the kubelet scrape takes the verified path (certificates from the cluster CA, then the token).
 
 Starts a devcluster: run under ``flock /tmp/gpuws-devcluster.lock`` (one devcluster per machine).
 """
@@ -43,7 +44,8 @@ POD_NAME = "jupyter-alice"
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[DevCluster]:
-    async with DevCluster(tmp_path / "state", simulate=True) as c:
+    # TLS and tokens as a real cluster: the kubelets serve certificates from the cluster CA and check tokens
+    async with DevCluster(tmp_path / "state", simulate=True, tls=True, auth=True) as c:
         await config.load_kube_config(config_file=str(c.kubeconfig))
         yield c
 
@@ -113,7 +115,8 @@ async def test_sources_observe_a_scripted_gpu_workload(cluster: DevCluster) -> N
         cluster,
         {"namespace": NS, "pod": POD_NAME, "gpu_util": 42.0, "mem_used_mib": 2048.0, "power_w": 250.0},
     )
-    source = KubernetesSource(Settings(kubelet_scheme="http", agent_service=None, timeout_s=5))
+    # https (the default): the kubelets' certificates verify against the kubeconfig's CA, then get the token
+    source = KubernetesSource(Settings(agent_service=None, timeout_s=5))
     await source.start()
     try:
 
@@ -147,6 +150,8 @@ async def test_sources_observe_a_scripted_gpu_workload(cluster: DevCluster) -> N
     (usage,) = [u for u in obs.usage if u.pod == POD_NAME]
     assert usage.memory_bytes is not None and usage.memory_bytes > 0
     assert not obs.failed_sources, obs.failed_sources
+    kubelet_reviews = {(r.user, r.status) for r in cluster.api.request_log if r.resource == "nodes/metrics"}
+    assert kubelet_reviews == {("system:admin", 200)}  # the kubelets authenticated the token
 
     result = attribute(obs)
     (cell,) = [c for c in result.cells if any(s.workspace == alice.key for s in c.owners)]
