@@ -457,14 +457,19 @@ def activity_after_warning(stack: HubStack, watch: Watch, ws: Workspace) -> None
     ws.seen["announced_stop"] = announced
 
 
-def card_then_stopped(stack: HubStack, watch: Watch, ws: Workspace) -> None:
-    """Read the profile's card on the user's own spawn page, then wait for the warnings and the stop."""
-    status, page = http(
-        "GET", f"{stack.url}/hub/spawn/{ws.user}/card-form", headers={"Authorization": f"token {ws.token}"}
-    )
-    assert status == 200, page[:500]
-    ws.seen["card"] = card_session_line(page.decode(), CARD_PROFILE)
-    stopped_after_warnings(stack, watch, ws)
+def spawn_card(stack: HubStack, browser: Any, profile: str) -> str:
+    """The profile's card as the spawn page shows it to a logged-in user (alice, in chromium: the hub
+    serves its pages to a login cookie, not to an API token)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        oidc_login(page, stack, "alice")
+        page.goto(f"{stack.url}/hub/spawn/alice/card-form")
+        page.locator(f"#profile-item-{profile}").wait_for(state="attached")
+        return card_session_line(page.content(), profile)
+    finally:
+        context.close()
 
 
 def card_session_line(html: str, profile: str) -> str:
@@ -491,7 +496,7 @@ def plan() -> dict[str, tuple[Workspace, Setup, Follow | None]]:
         "cull-back": (Workspace("cull-back", "e2e-cull"), idle_kernel, activity_after_warning),
         "cull-quiet": (Workspace("cull-quiet", "e2e-cull"), silent_terminal_process, None),
         "cull-snoop": (Workspace("cull-snoop", "e2e-cull"), hostile_server, snooped_then_stopped),
-        "cull-card": (Workspace("cull-card", CARD_PROFILE), idle_kernel, card_then_stopped),
+        "cull-card": (Workspace("cull-card", CARD_PROFILE), idle_kernel, stopped_after_warnings),
     }
 
 
@@ -628,6 +633,8 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         ws.token = user_token(stack, ws.user)
         if ws.gpu_util is not None:  # the pod's GPU load from its first sample on
             script(stack, {"metadata": {"name": pod_name(ws)}}, gpu_util=ws.gpu_util)
+    # what the spawn page's card for e2e-cull-card promises, read before anything is started
+    workspaces["cull-card"].seen["card"] = spawn_card(stack, browser, CARD_PROFILE)
     watch = Watch(stack)
     result = Run(workspaces=workspaces, policy=policy, watch=watch)
     threads = [
