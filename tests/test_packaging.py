@@ -123,7 +123,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(
         tmp_path, f"{pkg}/services/culler/__init__.py", "from gpuworkspace_spawner.devcluster import tool\n"
     )
-    for core in ("model", "state"):
+    for core in ("model", "state", "precedence"):
         _write(tmp_path, f"{pkg}/services/culler/{core}.py")
     _write(tmp_path, f"{pkg}/services/culler/policy.py", "import tornado.httpclient\n")
     _write(tmp_path, f"{pkg}/manifests/pod.py", "from gpuworkspace_spawner.services import culler\n")
