@@ -21,6 +21,7 @@ PYTEST_ARGS ?=
 STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle gpuworkspace_spawner/catalog \
 	gpuworkspace_spawner/services/attribution gpuworkspace_spawner/agent \
 	gpuworkspace_spawner/services/culler/model.py gpuworkspace_spawner/services/culler/policy.py \
+	gpuworkspace_spawner/services/culler/precedence.py \
 	gpuworkspace_spawner/services/culler/state.py gpuworkspace_spawner/probecredentials.py
 STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables jsonpath rbac faults resources errors podsecurity,gpuworkspace_spawner/devcluster/$(m).py))
 MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)

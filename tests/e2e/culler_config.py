@@ -16,7 +16,9 @@ c.CullerApp.idle_timeout_by_profile = {
 }
 c.CullerApp.max_duration_by_profile = {"e2e-cull-max": 45}
 c.CullerApp.exempt_profiles = {"e2e-cull-exempt"}
-c.CullerApp.warn_before = [16, 8]  # two stages
+c.CullerApp.warn_before = [16, 8]  # two stages, for every profile without lead times of its own
+# e2e-cull-card is named nowhere here: its catalog session (36 s idle, warned 20 s and 6 s before)
+# applies, as its spawn card shows
 c.CullerApp.gpu_busy_percent = 10
 c.CullerApp.timeout = 5
 # checkpoints of open notebooks before a stop (test_culler.py: the hostile server sees them too)

@@ -3,8 +3,9 @@
 The culler (``gpuworkspace-culler``, managed by the hub) runs in the e2e stack with
 ``culler_config.py``: only the ``e2e-cull*`` profiles of ``catalog-extra.yaml`` are culled, after 30 s
 idle (45 s from the start for ``e2e-cull-max``), with two warnings 16 s and 8 s before, in cycles of
-2 s. Seven workspaces, one user each, run at the same time, so the module costs one timeout, not
-seven:
+2 s; ``e2e-cull-card``, which the culler's config does not name, by its catalog session (its spawn
+card): 36 s idle, warned 20 s and 6 s before. Ten workspaces, one user each, run at the same time, so
+the module costs one timeout, not ten:
 
 ========================  ==================  ========================================================
 user                      profile             what happens                            → expected
@@ -26,6 +27,9 @@ user                      profile             what happens                      
                                               ``~/.jupyter/jupyter_server_config.py``   every credential
                                               records every request's headers; an       it captured is
                                               open notebook (save-first checkpoints)    refused elsewhere
+``cull-card``             ``e2e-cull-card``   an idle kernel; the spawn page's card   → warned at the
+                                              says "warned 20 s and 6 s before"         card's lead times,
+                                                                                        then stopped
 ========================  ==================  ========================================================
 
 bob (an OIDC user) also sees his warning on the hub's home page in chromium. Evidence comes from the
@@ -65,6 +69,7 @@ CYCLE_S = 2.0  # GPUWS_CULLER_INTERVAL in conftest.py
 MARGIN_S = 3 * CYCLE_S  # for a cycle, the request that reads it, and a slow machine
 BUSY_CODE = "import time; time.sleep(600)"
 CLOCK = re.compile(r"\d\d:\d\d:\d\d")  # in what date prints
+CARD_PROFILE = "e2e-cull-card"  # catalog-extra.yaml: session 36 s idle, warnings [20s, 6s]
 # a process that prints nothing and keeps about a third of a core busy (50 ms of work every 150 ms)
 SILENT_BUSY = (
     "date; python3 -c \"exec('import time\\nwhile 1:\\n t=time.time()\\n while time.time()-t<0.05: pass"
@@ -452,6 +457,29 @@ def activity_after_warning(stack: HubStack, watch: Watch, ws: Workspace) -> None
     ws.seen["announced_stop"] = announced
 
 
+def spawn_card(stack: HubStack, browser: Any, profile: str) -> str:
+    """The profile's card as the spawn page shows it to a logged-in user (alice, in chromium: the hub
+    serves its pages to a login cookie, not to an API token)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        oidc_login(page, stack, "alice")
+        page.goto(f"{stack.url}/hub/spawn/alice/card-form")
+        page.locator(f"#profile-item-{profile}").wait_for(state="attached")
+        return card_session_line(page.content(), profile)
+    finally:
+        context.close()
+
+
+def card_session_line(html: str, profile: str) -> str:
+    """The "Session:" line of one profile's card on the spawn page (catalog/rendering.py's words)."""
+    card = html.split(f'id="profile-item-{profile}"', 1)[1].split('id="profile-item-', 1)[0]
+    match = re.search(r"<strong>Session:</strong>\s*([^<]*)</span>", card)
+    assert match is not None, card[:2000]
+    return match.group(1)
+
+
 Setup = Callable[[HubStack, Workspace], None]
 Follow = Callable[[HubStack, Watch, Workspace], None]
 
@@ -468,6 +496,7 @@ def plan() -> dict[str, tuple[Workspace, Setup, Follow | None]]:
         "cull-back": (Workspace("cull-back", "e2e-cull"), idle_kernel, activity_after_warning),
         "cull-quiet": (Workspace("cull-quiet", "e2e-cull"), silent_terminal_process, None),
         "cull-snoop": (Workspace("cull-snoop", "e2e-cull"), hostile_server, snooped_then_stopped),
+        "cull-card": (Workspace("cull-card", CARD_PROFILE), idle_kernel, stopped_after_warnings),
     }
 
 
@@ -582,9 +611,17 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
     # culler_config.py is what the stack's culler runs with
     assert policy["warn_before"] == [16, 8] and policy["exempt_profiles"] == ["e2e-cull-exempt"], policy
     assert policy["idle_timeout"] == 0 and policy["max_duration_by_profile"]["e2e-cull-max"] == 45, policy
-    # the catalog's session settings, for the profiles the config does not name (cpu.yaml: 60m, 12h)
-    assert policy["idle_timeout_by_profile"]["cpu-small"] == 3600, policy
-    assert policy["max_duration_by_profile"]["cpu-small"] == 12 * 3600, policy
+    # the catalog's session settings, which apply to the profiles the config does not name
+    cpu_small = policy["catalog"]["cpu-small"]  # cpu.yaml: 60m, 12h, [30m, 5m]
+    assert (cpu_small["idle_timeout"], cpu_small["max_duration"]) == (3600, 12 * 3600), policy
+    assert cpu_small["warn_before"] == [1800, 300], policy
+    assert policy["catalog"][CARD_PROFILE] == {
+        "idle_timeout": 36,
+        "max_duration": None,
+        "warn_before": [20, 6],
+        "gpu_mode": "none",
+    }, policy
+    assert CARD_PROFILE not in policy["idle_timeout_by_profile"] and not policy["warn_before_by_profile"]
     since = datetime.now(UTC)
     scenarios = plan()
     workspaces = {user: ws for user, (ws, _, _) in scenarios.items()}
@@ -596,6 +633,8 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         ws.token = user_token(stack, ws.user)
         if ws.gpu_util is not None:  # the pod's GPU load from its first sample on
             script(stack, {"metadata": {"name": pod_name(ws)}}, gpu_util=ws.gpu_util)
+    # what the spawn page's card for e2e-cull-card promises, read before anything is started
+    workspaces["cull-card"].seen["card"] = spawn_card(stack, browser, CARD_PROFILE)
     watch = Watch(stack)
     result = Run(workspaces=workspaces, policy=policy, watch=watch)
     threads = [
@@ -616,7 +655,10 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         if snoop.error is None and snoop.seen["capture"].exists():  # the server is stopped: all it saw
             snoop.seen["requests"] = captured(snoop)
         # the servers to be kept: watched past the time they would have been stopped when idle
-        idle = max(t for p, t in policy["idle_timeout_by_profile"].items() if p.startswith("e2e-cull"))
+        idle = max(
+            *(t for p, t in policy["idle_timeout_by_profile"].items() if p.startswith("e2e-cull")),
+            policy["catalog"][CARD_PROFILE]["idle_timeout"],
+        )
         set_up = max((ws.set_up_at for ws in workspaces.values()), default=0.0)
         time.sleep(max(0.0, set_up + idle + MARGIN_S - time.time()))
         result.ended_at = time.time()
@@ -802,3 +844,30 @@ def test_what_the_culler_sends_to_a_hostile_server_opens_nothing_else(run: Run, 
         status, _ = http("GET", f"{stack.url}/hub/api/user", None, headers={"Authorization": credential})
         assert status == 403, status
     assert stack.hub.server("cull-busy", SERVER) is not None  # no stop API call got through
+
+
+def test_a_profile_is_warned_at_the_lead_times_its_card_shows_then_stopped(run: Run) -> None:
+    """Issue 15: the spawn card's "you are warned 20 s and 6 s before" is what the culler does, not
+    its own warn_before ([16, 8]); each warning announces the stop exactly its lead time ahead."""
+    ws = run.ws("cull-card")
+    card = ws.seen["card"]
+    assert card == "stops after 36 s idle; you are warned 20 s and 6 s before", card
+    card_leads = [int(n) for n in re.findall(r"(\d+) s", card.partition("warned")[2])]
+    assert card_leads == [20, 6] != run.policy["warn_before"], (card_leads, run.policy["warn_before"])
+    # the culler says which rules it applied to this server, and where they came from
+    rules = ws.seen["first_warning"]["policy"]
+    assert rules["warn_before"] == {"seconds": card_leads, "source": "catalog"}, rules
+    assert rules["idle_timeout"] == {"seconds": 36, "source": "catalog"}, rules
+    warned = run.records(ws.user, "workspace-cull-warned")
+    assert [(r["details"]["stage"], r["details"]["reason"]) for r in warned] == [(0, "idle"), (1, "idle")]
+    stops = run.records(ws.user, "workspace-stopped")
+    assert [r["details"]["reason"] for r in stops] == ["idle"], run.records(ws.user)
+    for record, lead in zip(warned, card_leads, strict=True):
+        # each stage announced the stop exactly its lead time after it was given ...
+        announced = epoch(record["details"]["stop_at"]) - epoch(record["ts"])
+        assert announced == pytest.approx(lead, abs=0.01), (record, lead)
+        # ... and the stop came no sooner, and within a few cycles of it
+        before_stop = epoch(stops[0]["ts"]) - epoch(record["ts"])
+        assert lead <= before_stop <= lead + 2 * MARGIN_S, (record, stops[0], lead)
+    assert "(warning 1 of 2)" in warned[0]["message"] and "(warning 2 of 2)" in warned[1]["message"]
+    assert not run.running_at_end[ws.user]

@@ -33,7 +33,8 @@ from ..serving import DEFAULT_MAX_BODY_BYTES, http_server, listen_address, until
 from .cycle import SERVICE, ArbiterHook, Culler, Options
 from .gpusource import GpuSource
 from .hubapi import Http, HttpError, HubApi
-from .model import GPU_MODES, Policy
+from .model import GPU_MODES, Policy, ProfileSession
+from .precedence import lead_time_warnings
 from .probes import ServerProber
 from .state import CullerState, CycleReport
 from .web import make_app
@@ -49,6 +50,13 @@ def _seconds(name: str, value: float) -> float:
     if value < 0:
         raise TraitError(f"CullerApp.{name} must be a duration in seconds >= 0, not {value!r}")
     return value
+
+
+def _lead_times(name: str, value: Any) -> list[float]:
+    leads = [float(v) for v in value]
+    if any(v <= 0 for v in leads) or any(a <= b for a, b in pairwise(leads)):
+        raise TraitError(f"CullerApp.{name} must be positive and descending, not {leads!r}")
+    return leads
 
 
 def load_hook(spec: Any) -> ArbiterHook | None:
@@ -76,22 +84,6 @@ class LeadTimes(List):
         if [v.strip().lower() for v in s_list] == ["none"]:
             return []
         return super().from_string_list(s_list)
-
-
-def lead_time_warnings(policy: Policy) -> list[str]:
-    """Lead times as long as an idle timeout in effect: warnings would start right after activity."""
-    timeouts = {"idle_timeout": policy.idle_timeout}
-    timeouts |= {f"idle_timeout_by_gpu_mode[{k!r}]": v for k, v in policy.idle_timeout_by_gpu_mode.items()}
-    timeouts |= {f"idle_timeout_by_profile[{k!r}]": v for k, v in policy.idle_timeout_by_profile.items()}
-    out = []
-    for name, timeout in timeouts.items():
-        leads = [lead for lead in policy.warn_before if timeout > 0 and lead >= timeout]
-        if leads:
-            out.append(
-                f"CullerApp.warn_before {max(leads):g} s >= {name} {timeout:g} s: the first idle warning "
-                "comes at the first cycle after the last activity"
-            )
-    return out
 
 
 class CullerApp(Application):
@@ -131,19 +123,24 @@ class CullerApp(Application):
         help=f"Idle timeout per GPU mode ({', '.join(GPU_MODES)}), e.g. {{'exclusive': 1800}}.",
     ).tag(config=True)
     idle_timeout_by_profile = Dict(
-        value_trait=Float(), help="Idle timeout per profile slug; wins over the GPU mode's."
+        value_trait=Float(),
+        help="Idle timeout per profile slug; wins over the catalog's session.idleTimeout and the GPU "
+        "mode's. Without it a profile gets the shorter of those two (docs/reference/culler.md).",
     ).tag(config=True)
     max_duration = Float(
         0.0, help="Longest session in seconds, busy or not (warned like an idle stop); 0: no limit."
     ).tag(config=True)
-    max_duration_by_profile = Dict(value_trait=Float(), help="Longest session per profile slug.").tag(
-        config=True
-    )
+    max_duration_by_profile = Dict(
+        value_trait=Float(),
+        help="Longest session per profile slug; wins over the catalog's session.maxDuration.",
+    ).tag(config=True)
     catalog = Unicode(
         "",
-        help="The WorkspaceProfile catalog (file or directory). Each profile's session.idleTimeout and "
-        "session.maxDuration (what the spawn form promises) apply unless idle_timeout_by_profile or "
-        "max_duration_by_profile name the profile; re-read every cycle, a bad change keeps the last good.",
+        help="The WorkspaceProfile catalog (file or directory). Each profile's session.idleTimeout, "
+        "session.maxDuration and session.warnings (what its spawn card shows) apply unless "
+        "idle_timeout_by_profile, max_duration_by_profile or warn_before_by_profile name the profile "
+        "(an idle timeout: the shorter of the catalog's and the GPU mode's); re-read every cycle, a "
+        "bad change keeps the last good.",
     ).tag(config=True)
     warn_before = LeadTimes(
         Float(),
@@ -151,6 +148,11 @@ class CullerApp(Application):
         help="Lead times of the staged warnings before a stop, descending (repeat --warn-before). "
         "[] (on the command line --warn-before=none): stop without warning. A lead time at least as "
         "long as an idle timeout is logged at start: warnings would begin right after activity.",
+    ).tag(config=True)
+    warn_before_by_profile = Dict(
+        value_trait=List(Float()),
+        help="Lead times per profile slug, e.g. {'gpu-shared': [600, 120]}; wins over the catalog's "
+        "session.warnings, which win over warn_before. Positive and descending; [] for no warning.",
     ).tag(config=True)
     gpu_busy_percent = Float(10.0, help="A GPU utilisation sample at or above this percent is activity.").tag(
         config=True
@@ -255,10 +257,11 @@ class CullerApp(Application):
 
     @validate("warn_before")
     def _warn_before(self, proposal: Any) -> list[float]:
-        leads = [float(v) for v in proposal.value]
-        if any(v <= 0 for v in leads) or any(a <= b for a, b in pairwise(leads)):
-            raise TraitError(f"CullerApp.warn_before must be positive and descending, not {leads!r}")
-        return leads
+        return _lead_times("warn_before", proposal.value)
+
+    @validate("warn_before_by_profile")
+    def _warn_before_by_profile(self, proposal: Any) -> dict[str, list[float]]:
+        return {k: _lead_times(f"warn_before_by_profile[{k!r}]", v) for k, v in proposal.value.items()}
 
     @validate("concurrency", "cycles")
     def _at_least_one(self, proposal: Any) -> int:
@@ -294,14 +297,15 @@ class CullerApp(Application):
             raise TraitError(f"CullerApp.config_file: no file {self.config_file!r}")
 
     def policy(self) -> Policy:
-        idle, longest = self._catalog_sessions()
         return Policy(
             idle_timeout=self.idle_timeout,
             idle_timeout_by_gpu_mode=dict(self.idle_timeout_by_gpu_mode),
-            idle_timeout_by_profile=idle | dict(self.idle_timeout_by_profile),
+            idle_timeout_by_profile=dict(self.idle_timeout_by_profile),
             max_duration=self.max_duration,
-            max_duration_by_profile=longest | dict(self.max_duration_by_profile),
+            max_duration_by_profile=dict(self.max_duration_by_profile),
             warn_before=tuple(self.warn_before),
+            warn_before_by_profile={k: tuple(v) for k, v in self.warn_before_by_profile.items()},
+            catalog=self._catalog_sessions(),
             gpu_busy_percent=self.gpu_busy_percent,
             cpu_busy_cores=self.cpu_busy_cores,
             exempt_users=frozenset(self.exempt_users),
@@ -309,18 +313,23 @@ class CullerApp(Application):
             exempt_profiles=frozenset(self.exempt_profiles),
         )
 
-    def _catalog_sessions(self) -> tuple[dict[str, float], dict[str, float]]:
-        """Per profile slug, the catalog's idle timeouts and longest sessions (empty without a catalog)."""
+    def _catalog_sessions(self) -> dict[str, ProfileSession]:
+        """Per profile slug, the catalog's session section and GPU mode (empty without a catalog)."""
         if not self.catalog:
-            return {}, {}
+            return {}
         if self._catalog_source is None:
             self._catalog_source = CatalogSource(
                 self.catalog, on_reload_error=lambda e: log.error("Invalid catalog change: %s", e)
             )
-        profiles = self._catalog_source.current().profiles
-        idle = {p.slug: p.session.idle_timeout_s for p in profiles if p.session.idle_timeout_s is not None}
-        longest = {p.slug: p.session.max_duration_s for p in profiles if p.session.max_duration_s is not None}
-        return idle, longest
+        return {
+            p.slug: ProfileSession(
+                idle_timeout=p.session.idle_timeout_s,
+                max_duration=p.session.max_duration_s,
+                warn_before=tuple(float(w) for w in p.session.warnings_s) or None,
+                gpu_mode=p.placement.gpu_mode,
+            )
+            for p in self._catalog_source.current().profiles
+        }
 
     def build(self, clock: Callable[[], datetime]) -> tuple[Culler, Http]:
         """The cycle and its HTTP client, from the traits and the service environment."""

@@ -203,6 +203,8 @@ class Culler:
                 return decision
             if not isinstance(verdict, Decision) or verdict.key != decision.key:
                 raise TypeError(f"returned {verdict!r}, not None or a Decision for {_name(ws)}")
+            if verdict.policy is None:  # the rules still apply to the server: keep showing them
+                verdict = replace(verdict, policy=decision.policy)
             return verdict
         except Exception as e:
             log.exception("arbiter hook failed for %s: keeping the server", _name(ws))

@@ -110,16 +110,41 @@ class Workspace:
         return (self.user, self.server)
 
 
+class Source(StrEnum):
+    """Where a value of a workspace's effective policy came from (see :func:`.policy.effective`)."""
+
+    CONFIG_PROFILE = "culler config: profile"  # idle_timeout_by_profile, max_duration_by_profile, ...
+    CATALOG = "catalog"  # the profile's session section, what its spawn card shows
+    CONFIG_GPU_MODE = "culler config: gpu mode"  # idle_timeout_by_gpu_mode
+    DEFAULT = "default"  # idle_timeout, max_duration, warn_before
+
+
+@dataclass(frozen=True)
+class ProfileSession:
+    """One catalog profile's ``session`` section (what its spawn card promises) and its GPU mode."""
+
+    idle_timeout: float | None = None  # session.idleTimeout; None: not set
+    max_duration: float | None = None  # session.maxDuration
+    warn_before: tuple[float, ...] | None = None  # session.warnings, descending; None: not set
+    gpu_mode: str | None = None  # placement.gpuMode
+
+
 @dataclass(frozen=True)
 class Policy:
-    """The culling rules (the service's traitlets, resolved). Durations in seconds; 0 = never."""
+    """The culling rules (the service's traitlets, resolved). Durations in seconds; 0 = never.
+
+    The ``*_by_profile`` mappings are the culler's own configuration; ``catalog`` is the profiles'
+    session sections. How they compose per workspace: :func:`.policy.effective`.
+    """
 
     idle_timeout: float = 3600.0
     idle_timeout_by_gpu_mode: Mapping[str, float] = field(default_factory=dict)
-    idle_timeout_by_profile: Mapping[str, float] = field(default_factory=dict)  # wins over GPU mode
+    idle_timeout_by_profile: Mapping[str, float] = field(default_factory=dict)  # wins over everything
     max_duration: float = 0.0
     max_duration_by_profile: Mapping[str, float] = field(default_factory=dict)
     warn_before: tuple[float, ...] = (1800.0, 300.0)  # lead times of the staged warnings, descending
+    warn_before_by_profile: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    catalog: Mapping[str, ProfileSession] = field(default_factory=dict)  # per profile slug
     gpu_busy_percent: float = 10.0  # a GPU sample at or above this is activity
     cpu_busy_cores: float = 0.25  # the pod's CPU use at or above this many cores is activity (0: never)
     exempt_users: frozenset[str] = frozenset()
@@ -128,10 +153,22 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Effective:
+    """The rules that apply to one workspace, each with where it came from."""
+
+    idle_timeout: float
+    idle_timeout_source: Source
+    max_duration: float
+    max_duration_source: Source
+    warn_before: tuple[float, ...]
+    warn_before_source: Source
+
+
+@dataclass(frozen=True)
 class Warning:
     """A warning already given to a workspace (the shell keeps these; activity clears idle ones)."""
 
-    stage: int  # index into Policy.warn_before
+    stage: int  # index into the workspace's lead times (Effective.warn_before)
     reason: Reason
     given_at: datetime
     stop_at: datetime
@@ -151,6 +188,7 @@ class Decision:
     last_activity: datetime | None = None  # the latest activity of any kind
     activity_source: str | None = None  # which evidence that was: "hub", "kernel k1", "terminal 1", "gpu"
     cancels_warnings: bool = False  # activity since the last warning: forget the warnings given
+    policy: Effective | None = None  # the rules applied (None: exempt, no rule was worked out)
 
     @property
     def key(self) -> tuple[str, str]:

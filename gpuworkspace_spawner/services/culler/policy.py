@@ -15,8 +15,10 @@ a :class:`.Decision`:
    ``last_activity_interval``), so a probed server's hub record is always recent. With no evidence the
    start time stands in; a failed probe with no hub activity either is active: unknown is not idle.
 3. The deadline is the earlier of idle (last activity + idle timeout) and max duration (start + max).
-4. Every stage of ``warn_before`` is given before a stop, each with its full lead time even when the
-   culler runs late; new activity withdraws idle warnings, never max-duration ones.
+   Which idle timeout, maximum and lead times apply to a workspace, and why: :mod:`.precedence`.
+4. Every stage of the workspace's lead times (its profile's ``session.warnings``, else
+   ``warn_before``) is given before a stop, each with its full lead time even when the culler runs
+   late; new activity withdraws idle warnings, never max-duration ones.
 
 Time is the ``now=`` parameter; the I/O shell (:mod:`.cycle`) keeps the warnings given and acts.
 """
@@ -28,7 +30,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from ...manifests.names import ANN_CULL_EXEMPT
-from .model import Action, Decision, Kernel, Policy, Probe, Reason, Warning, Workspace
+from .model import Action, Decision, Effective, Kernel, Policy, Probe, Reason, Source, Warning, Workspace
+from .precedence import effective
 
 EXEMPT_ANNOTATION = ANN_CULL_EXEMPT
 # A kernel no client ever connected to stays "starting" in jupyter_server 2.x; only this long after its
@@ -63,19 +66,13 @@ def exemption(workspace: Workspace, policy: Policy) -> str | None:
 
 
 def idle_timeout_for(workspace: Workspace, policy: Policy) -> float:
-    """Seconds of idleness before a stop: profile override, else GPU-mode override, else the default."""
-    if workspace.profile is not None and workspace.profile in policy.idle_timeout_by_profile:
-        return policy.idle_timeout_by_profile[workspace.profile]
-    if workspace.gpu is not None and workspace.gpu.mode in policy.idle_timeout_by_gpu_mode:
-        return policy.idle_timeout_by_gpu_mode[workspace.gpu.mode]
-    return policy.idle_timeout
+    """Seconds of idleness before a stop (0: never), by :func:`.precedence.effective`."""
+    return effective(workspace, policy).idle_timeout
 
 
 def max_duration_for(workspace: Workspace, policy: Policy) -> float:
-    """Longest session in seconds (0: no limit): the profile's override, else the default."""
-    if workspace.profile is not None and workspace.profile in policy.max_duration_by_profile:
-        return policy.max_duration_by_profile[workspace.profile]
-    return policy.max_duration
+    """Longest session in seconds (0: no limit), by :func:`.precedence.effective`."""
+    return effective(workspace, policy).max_duration
 
 
 def last_activity(workspace: Workspace, policy: Policy, *, now: datetime) -> tuple[datetime, str]:
@@ -169,6 +166,7 @@ def hold_unconfirmed_idle_stop(workspace: Workspace, decision: Decision) -> Deci
 
 def _decide(workspace: Workspace, policy: Policy, warnings: Sequence[Warning], *, now: datetime) -> Decision:
     last, source = last_activity(workspace, policy, now=now)
+    rules = effective(workspace, policy)
     exempt = exemption(workspace, policy)
     if exempt is not None:
         return Decision(
@@ -178,15 +176,16 @@ def _decide(workspace: Workspace, policy: Policy, warnings: Sequence[Warning], *
             f"never culled: {exempt}",
             last_activity=last,
             activity_source=source,
+            policy=rules,
         )
     given = sorted(warnings, key=lambda w: w.stage)
-    idle_at, max_at = _deadlines(workspace, policy, last)
+    idle_at, max_at = _deadlines(workspace, rules, last)
     cancel = _cancels(given, idle_at, max_at, last)
     if cancel is not None:
         given = []
-    plan = _plan(policy.warn_before, given, idle_at, max_at, last, now=now)
+    plan = _plan(rules.warn_before, given, idle_at, max_at, last, now=now)
     action, stage, stop_at, reason = plan
-    message = _message(workspace, policy, plan, last, source, now=now)
+    message = _message(workspace, policy, rules, plan, last, source, now=now)
     if cancel is not None:
         message = f"warnings withdrawn ({cancel}); {message}"
     return Decision(
@@ -200,6 +199,7 @@ def _decide(workspace: Workspace, policy: Policy, warnings: Sequence[Warning], *
         last_activity=last,
         activity_source=source,
         cancels_warnings=cancel is not None,
+        policy=rules,
     )
 
 
@@ -215,11 +215,10 @@ def decide_all(
 
 
 def _deadlines(
-    workspace: Workspace, policy: Policy, last: datetime
+    workspace: Workspace, rules: Effective, last: datetime
 ) -> tuple[datetime | None, datetime | None]:
     """The idle deadline and the max-duration deadline (None: that rule does not apply)."""
-    idle = idle_timeout_for(workspace, policy)
-    longest = max_duration_for(workspace, policy)
+    idle, longest = rules.idle_timeout, rules.max_duration
     idle_at = last + timedelta(seconds=idle) if idle > 0 else None
     started = workspace.started
     max_at = started + timedelta(seconds=longest) if longest > 0 and started is not None else None
@@ -284,13 +283,20 @@ def _plan(
 
 
 def _message(
-    workspace: Workspace, policy: Policy, plan: _Plan, last: datetime, source: str, *, now: datetime
+    workspace: Workspace,
+    policy: Policy,
+    rules: Effective,
+    plan: _Plan,
+    last: datetime,
+    source: str,
+    *,
+    now: datetime,
 ) -> str:
     """One sentence for the user and the status page: the evidence, then what happens when."""
     action, stage, stop_at, reason = plan
     if reason is Reason.MAX_DURATION and workspace.started is not None:
-        longest = max_duration_for(workspace, policy)
-        whose = "the profile's" if workspace.profile in policy.max_duration_by_profile else "the"
+        longest = rules.max_duration
+        whose = "the" if rules.max_duration_source is Source.DEFAULT else "the profile's"
         running = _duration((now - workspace.started).total_seconds())
         over = "over" if now >= workspace.started + timedelta(seconds=longest) else "within"
         evidence = f"running {running}, {over} {whose} {_duration(longest)} maximum"
@@ -302,7 +308,7 @@ def _message(
     if action is Action.STOP:
         return f"{evidence}; stopping now (due {when})"
     if action is Action.WARN and stage is not None:
-        return f"{evidence}; stops at {when} (warning {stage + 1} of {len(policy.warn_before)})"
+        return f"{evidence}; stops at {when} (warning {stage + 1} of {len(rules.warn_before)})"
     if reason is Reason.IDLE:
         return f"{evidence}; stops at {when} if still idle"
     return f"{evidence}; stops at {when}"

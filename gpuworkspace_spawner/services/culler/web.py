@@ -38,7 +38,7 @@ from ..disks.access import (
     who,
 )
 from ..serving import JsonErrors, ServiceError, hub_prefix
-from .model import Action, Decision, Policy, Warning
+from .model import Action, Decision, Effective, Policy, Warning
 from .state import CullerState, CycleReport, Key
 
 SERVICE = "gpuworkspace-culler"  # cycle.SERVICE; not imported: the web layer reads only the state
@@ -94,6 +94,24 @@ def warning_json(warning: Warning) -> Json:
     }
 
 
+def effective_json(rules: Effective | None) -> Json | None:
+    """The rules applied to one server, each value with where it came from (``precedence``)."""
+    if rules is None:
+        return None
+    return {
+        "idle_timeout": {"seconds": rules.idle_timeout, "source": str(rules.idle_timeout_source)},
+        "max_duration": {"seconds": rules.max_duration, "source": str(rules.max_duration_source)},
+        "warn_before": {"seconds": list(rules.warn_before), "source": str(rules.warn_before_source)},
+    }
+
+
+def stages_of(state: CullerState, key: Key) -> int:
+    """How many warning stages the server gets: its own lead times, else the default's."""
+    decision = state.decisions.get(key)
+    rules = decision.policy if decision is not None else None
+    return len((rules or state.policy).warn_before)
+
+
 def decision_json(decision: Decision, warnings: Sequence[Warning], idle_gpu_seconds: float | None) -> Json:
     return {
         "user": decision.user,
@@ -107,6 +125,7 @@ def decision_json(decision: Decision, warnings: Sequence[Warning], idle_gpu_seco
         "activity_source": decision.activity_source,
         "warnings": [warning_json(w) for w in warnings],
         "idle_allocated_gpu_seconds": idle_gpu_seconds,
+        "policy": effective_json(decision.policy),
     }
 
 
@@ -159,7 +178,7 @@ def notices_json(state: CullerState, user: str) -> list[Json]:
                 "server": server,
                 "reason": str(latest.reason),
                 "stage": latest.stage,
-                "stages": len(state.policy.warn_before),
+                "stages": stages_of(state, (user, server)),
                 "stop_at": iso(stop_at),
                 "message": decision.message if decision else "",
                 # the evidence alone ("idle since ... (latest: kernel k1)"), without the policy's
@@ -200,7 +219,9 @@ def cycle_json(report: CycleReport | None, viewer: Viewer) -> Json | None:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return {str(k): value[k] for k in sorted(value)}
+        return {str(k): _plain(value[k]) for k in sorted(value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, frozenset | set):
         return sorted(value)
     if isinstance(value, tuple):
@@ -284,7 +305,7 @@ def page_context(
         "idle_gpu": idle_gpu,
         "idle_gpu_of": dict(idle_gpu),
         "given": state.book.given,
-        "stages": len(state.policy.warn_before),
+        "stages": lambda key: stages_of(state, key),
         "label": label,
         "until": until,
         "stamp": stamp,

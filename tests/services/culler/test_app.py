@@ -12,8 +12,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuworkspace_spawner.services.culler.app import CullerApp, main
+from gpuworkspace_spawner.services.culler.model import Effective, GpuEvidence, Policy, Source, Workspace
+from gpuworkspace_spawner.services.culler.precedence import effective
 
 from .fakes import TOKEN, FakeCluster
 
@@ -46,21 +49,69 @@ def test_command_line_builds_the_policy(tmp_path: Path, monkeypatch: pytest.Monk
 def test_the_catalogs_session_settings_apply_unless_configured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a profile's spawn-form card promises ("stops after 1h 30m idle") is what the culler does;
-    an explicit per-profile option wins, and a bad catalog change keeps the last good settings."""
+    """What a profile's spawn-form card promises ("stops after 90 min idle; you are warned 30 min and
+    5 min before") is what the culler does; an explicit per-profile option wins, and a bad catalog
+    change keeps the last good settings."""
     monkeypatch.chdir(tmp_path)
     catalog = tmp_path / "catalog"
     shutil.copytree(REPO / "hub_config" / "catalog", catalog)
-    app = app_with(f"--catalog={catalog}", "--CullerApp.idle_timeout_by_profile=vm-workstation=60")
+    (tmp_path / "gpuworkspace_culler_config.py").write_text(
+        "c.CullerApp.idle_timeout_by_profile = {'vm-workstation': 60}\n"
+        "c.CullerApp.warn_before_by_profile = {'vm-workstation': [30, 10]}\n"
+    )
+    app = app_with(f"--catalog={catalog}")
     policy = app.policy()
-    assert policy.idle_timeout_by_profile["gpu-exclusive"] == 90 * 60  # session.idleTimeout: 90m
-    assert policy.idle_timeout_by_profile["vm-workstation"] == 60  # configured: wins
-    assert policy.max_duration_by_profile["gpu-exclusive"] == 12 * 3600  # session.maxDuration: 12h
+    gpu_exclusive = rules(policy, "gpu-exclusive")
+    assert (gpu_exclusive.idle_timeout, gpu_exclusive.idle_timeout_source) == (90 * 60, Source.CATALOG)
+    assert (gpu_exclusive.max_duration, gpu_exclusive.max_duration_source) == (12 * 3600, Source.CATALOG)
+    shared = rules(policy, "gpu-shared")  # its card: "you are warned 10 min and 2 min before"
+    assert (shared.warn_before, shared.warn_before_source) == ((600, 120), Source.CATALOG)
+    vm = rules(policy, "vm-workstation")  # configured: wins over its card's 120m and [30m, 5m]
+    assert (vm.idle_timeout, vm.idle_timeout_source) == (60, Source.CONFIG_PROFILE)
+    assert (vm.warn_before, vm.warn_before_source) == ((30, 10), Source.CONFIG_PROFILE)
     gpu = catalog / "gpu.yaml"
     gpu.write_text(gpu.read_text().replace("idleTimeout: 90m", "idleTimeout: 45m"))
-    assert app.policy().idle_timeout_by_profile["gpu-exclusive"] == 45 * 60  # followed, no restart
+    assert rules(app.policy(), "gpu-exclusive").idle_timeout == 45 * 60  # followed, no restart
     gpu.write_text(gpu.read_text().replace("idleTimeout: 45m", "idleTimeout: soon"))
-    assert app.policy().idle_timeout_by_profile["gpu-exclusive"] == 45 * 60  # the last good catalog
+    assert rules(app.policy(), "gpu-exclusive").idle_timeout == 45 * 60  # the last good catalog
+
+
+def rules(policy: Policy, profile: str, mode: str | None = None) -> Effective:
+    gpu = GpuEvidence(mode, 1) if mode is not None else None
+    return effective(Workspace("alice", "", profile=profile, gpu=gpu), policy)
+
+
+def test_the_gpu_sharing_overlay_shortens_the_idle_timeout_of_every_shared_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/how-to/gpu-modes.md: the overlay's culler configuration gives time-sliced and MIG
+    workspaces shorter idle timeouts. It does, also for a profile whose card promises a longer one."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
+    values = yaml.safe_load((REPO / "helm-values" / "values-gpu-sharing.yaml").read_text())
+    config = tmp_path / "culler_config.py"
+    config.write_text(values["hub"]["extraFiles"]["gpuworkspace-culler-config"]["stringData"])
+    catalog = tmp_path / "catalog"
+    shutil.copytree(REPO / "hub_config" / "catalog", catalog)
+    gpu = catalog / "gpu.yaml"  # a card that promises more than its mode allows
+    gpu.write_text(gpu.read_text().replace("idleTimeout: 60m", "idleTimeout: 2h"))
+    app = app_with(f"--config={config}", f"--catalog={catalog}")
+    policy = app.policy()
+    mig = rules(policy, "gpu-mig", "mig")
+    assert (mig.idle_timeout, mig.idle_timeout_source) == (3600, Source.CONFIG_GPU_MODE)
+    assert (mig.warn_before, mig.warn_before_source) == ((900, 300), Source.CATALOG)  # still the card's
+    assert rules(policy, "gpu-mig").idle_timeout == 3600  # no attribution data: the catalog's gpuMode
+    shared = rules(policy, "gpu-shared", "time-sliced")  # card and mode agree: 30 min
+    assert (shared.idle_timeout, shared.idle_timeout_source) == (1800, Source.CATALOG)
+    exclusive = rules(policy, "gpu-exclusive", "exclusive")  # no rule for whole cards: the card's
+    assert (exclusive.idle_timeout, exclusive.idle_timeout_source) == (90 * 60, Source.CATALOG)
+    _, http = app.build(lambda: datetime.now(UTC))
+    http.close()
+    assert (
+        "catalog profile 'gpu-mig' promises session.idleTimeout 7200 s, but "
+        "idle_timeout_by_gpu_mode['mig'] 3600 s is shorter and applies; "
+        "set CullerApp.idle_timeout_by_profile['gpu-mig'] to keep the card's"
+    ) in [r.getMessage() for r in caplog.records]
 
 
 @pytest.mark.parametrize("none", ["--warn-before=none", "--CullerApp.warn_before=None"])
@@ -86,14 +137,18 @@ def test_lead_times_as_long_as_an_idle_timeout_are_logged(
         "--idle-timeout=3600",
         "--warn-before=1800",
         "--CullerApp.idle_timeout_by_profile=quick=900",
+        "--CullerApp.idle_timeout_by_profile=slow=600",
         "--CullerApp.idle_timeout_by_gpu_mode=mig=0",
     )
+    app.warn_before_by_profile = {"slow": [600, 60]}
     _, http = app.build(lambda: datetime.now(UTC))
     http.close()
     lines = [r.getMessage() for r in caplog.records if "warn_before" in r.getMessage()]
     assert lines == [
         "CullerApp.warn_before 1800 s >= idle_timeout_by_profile['quick'] 900 s: "
-        "the first idle warning comes at the first cycle after the last activity"
+        "the first idle warning comes at the first cycle after the last activity",
+        "CullerApp.warn_before_by_profile['slow'] 600 s >= idle_timeout_by_profile['slow'] 600 s: "
+        "the first idle warning comes at the first cycle after the last activity",
     ]
 
 
@@ -158,6 +213,36 @@ def test_invalid_options_are_named(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("leads", "message"),
+    [
+        pytest.param(
+            "[120, 600]",
+            "CullerApp.warn_before_by_profile['gpu-shared'] must be positive and descending, not [120.0, 600.0]",
+            id="ascending",
+        ),
+        pytest.param(
+            "[600, -1]",
+            "CullerApp.warn_before_by_profile['gpu-shared'] must be positive and descending, not [600.0, -1.0]",
+            id="negative",
+        ),
+        pytest.param("[600, 600]", "must be positive and descending, not [600.0, 600.0]", id="repeated"),
+    ],
+)
+def test_invalid_lead_times_per_profile_are_named(
+    leads: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "culler.py"
+    config.write_text(f"c.CullerApp.warn_before_by_profile = {{'gpu-shared': {leads}}}\n")
+    assert main([f"--config={config}"]) == 2
     assert message in capsys.readouterr().err
 
 

@@ -182,8 +182,8 @@ async def test_arbiter_hook_veto_keeps_the_server(fake: FakeCluster, clock: Fake
 
     async def hook(ws: Workspace, decision: Decision) -> Decision | None:
         seen.append((ws.user, decision.action))
-        if ws.user == "alice":
-            return replace(decision, action=Action.KEEP, message="kept by the arbiter")
+        if ws.user == "alice":  # a decision of its own, as a hook author writes one
+            return Decision(ws.user, ws.server, Action.KEEP, "kept by the arbiter")
         return None
 
     culler = make_culler(fake, clock, POLICY, arbiter=hook)
@@ -191,7 +191,11 @@ async def test_arbiter_hook_veto_keeps_the_server(fake: FakeCluster, clock: Fake
         runs = await cycles(culler, clock, [0, 26, 32])
     finally:
         culler.hub.http.close()
-    assert runs[-1][("alice", "")].message == "kept by the arbiter"
+    kept = runs[-1][("alice", "")]
+    assert kept.message == "kept by the arbiter"
+    # the rules that apply to the server are still shown (api/v1/decisions), though the hook set none
+    assert kept.policy is not None and kept.policy.idle_timeout == POLICY.idle_timeout
+    assert kept.policy.warn_before == POLICY.warn_before
     assert ("alice", "") in fake.servers and culler.state.book.given(("alice", "")) == ()
     assert fake.deletes == [("/hub/api/users/bob/server", b"")]
     assert ("bob", Action.STOP) in seen

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,18 @@ from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 
 from gpuworkspace_spawner.services.culler.app import CullerApp
-from gpuworkspace_spawner.services.culler.model import Action, Decision, Policy, Reason
+from gpuworkspace_spawner.services.culler.model import (
+    Action,
+    Decision,
+    Effective,
+    GpuEvidence,
+    Policy,
+    ProfileSession,
+    Reason,
+    Source,
+    Workspace,
+)
+from gpuworkspace_spawner.services.culler.policy import decide_all
 from gpuworkspace_spawner.services.culler.state import CullerState, CycleReport
 from gpuworkspace_spawner.services.culler.web import make_app, until
 
@@ -34,6 +46,17 @@ REPO = Path(__file__).resolve().parents[3]
 
 def at(minutes: float) -> datetime:
     return NOW + timedelta(minutes=minutes)
+
+
+# alice's profile: its card's three lead times; the GPU mode's idle timeout, shorter than the card's
+ALICE_RULES = Effective(
+    idle_timeout=1800,
+    idle_timeout_source=Source.CONFIG_GPU_MODE,
+    max_duration=8 * 3600,
+    max_duration_source=Source.DEFAULT,
+    warn_before=(1800, 300, 60),
+    warn_before_source=Source.CATALOG,
+)
 
 
 def warn(user: str, server: str, stage: int, stop_in: float, reason: Reason = Reason.IDLE) -> Decision:
@@ -50,7 +73,7 @@ def warn(user: str, server: str, stage: int, stop_in: float, reason: Reason = Re
     )
 
 
-ALICE = warn("alice", "", 1, 5)  # second (last) stage, stop in 5 min
+ALICE = replace(warn("alice", "", 1, 5), policy=ALICE_RULES)  # second of three stages, stop in 5 min
 ALICE_TRAIN = Decision(
     "alice",
     "train",
@@ -109,6 +132,8 @@ def prepared_state(*, dry_run: bool = False) -> CullerState:
             max_duration=8 * 3600,
             exempt_users=frozenset({"carol"}),
             exempt_groups=frozenset({"ops"}),
+            warn_before_by_profile={"demo": (120.0,)},
+            catalog={"gpu-shared": ProfileSession(1800, 8 * 3600, (600, 120), "time-sliced")},
         ),
         dry_run=dry_run,
     )
@@ -202,6 +227,11 @@ async def test_a_decision_carries_its_reason_deadline_evidence_and_warnings(base
             },
         ],
         "idle_allocated_gpu_seconds": 5400.0,
+        "policy": {
+            "idle_timeout": {"seconds": 1800, "source": "culler config: gpu mode"},
+            "max_duration": {"seconds": 8 * 3600, "source": "default"},
+            "warn_before": {"seconds": [1800, 300, 60], "source": "catalog"},
+        },
     }
 
 
@@ -260,7 +290,7 @@ async def test_notices_are_the_callers_own_active_warnings(base: str) -> None:
         "server": "",
         "reason": "idle",
         "stage": 1,
-        "stages": 2,
+        "stages": 3,  # her server's own lead times, not the default's two
         "stop_at": "2026-01-15T13:05:00Z",
         "message": ALICE.message,
         "evidence": "idle since 12:00 UTC (latest: kernel k-alice)",
@@ -341,12 +371,93 @@ async def test_status_shows_the_last_cycle_and_the_effective_policy(base: str) -
         "max_duration",
         "max_duration_by_profile",
         "warn_before",
+        "warn_before_by_profile",
+        "catalog",
         "gpu_busy_percent",
         "cpu_busy_cores",
         "exempt_users",
         "exempt_groups",
         "exempt_profiles",
     }
+    assert policy["warn_before_by_profile"] == {"demo": [120.0]}
+    assert policy["catalog"] == {
+        "gpu-shared": {
+            "idle_timeout": 1800,
+            "max_duration": 8 * 3600,
+            "warn_before": [600, 120],
+            "gpu_mode": "time-sliced",
+        }
+    }
+
+
+def _servers(*workspaces: Workspace) -> CullerState:
+    """Decisions the real policy made for these workspaces (started an hour ago, idle since)."""
+    policy = Policy(
+        idle_timeout=3600,
+        warn_before=(1800, 300),
+        idle_timeout_by_gpu_mode={"time-sliced": 900, "exclusive": 7200},
+        idle_timeout_by_profile={"long": 14400},
+        warn_before_by_profile={"long": (3600,)},
+        max_duration_by_profile={"long": 86400},
+        catalog={
+            "gpu-shared": ProfileSession(1800, 8 * 3600, (600, 120), "time-sliced"),
+            "gpu-exclusive": ProfileSession(5400, 12 * 3600, None, "exclusive"),
+            "long": ProfileSession(1800, 8 * 3600, (600, 120), "exclusive"),
+        },
+    )
+    state = CullerState(policy=policy)
+    decisions = decide_all(workspaces, policy, {}, now=NOW)
+    state.decisions = {d.key: d for d in decisions}
+    return state
+
+
+@pytest.mark.parametrize(
+    ("workspace", "expected"),
+    [
+        pytest.param(
+            Workspace("u", "a", started=at(-60), profile="gpu-shared", gpu=GpuEvidence("time-sliced", 1)),
+            {
+                "idle_timeout": {"seconds": 900, "source": "culler config: gpu mode"},
+                "max_duration": {"seconds": 8 * 3600, "source": "catalog"},
+                "warn_before": {"seconds": [600, 120], "source": "catalog"},
+            },
+            id="card-leads-gpu-mode-shorter",
+        ),
+        pytest.param(
+            Workspace("u", "b", started=at(-60), profile="gpu-exclusive", gpu=GpuEvidence("exclusive", 1)),
+            {
+                "idle_timeout": {"seconds": 5400, "source": "catalog"},
+                "max_duration": {"seconds": 12 * 3600, "source": "catalog"},
+                "warn_before": {"seconds": [1800, 300], "source": "default"},
+            },
+            id="card-shorter-than-gpu-mode",
+        ),
+        pytest.param(
+            Workspace("u", "c", started=at(-60), profile="long"),
+            {
+                "idle_timeout": {"seconds": 14400, "source": "culler config: profile"},
+                "max_duration": {"seconds": 86400, "source": "culler config: profile"},
+                "warn_before": {"seconds": [3600], "source": "culler config: profile"},
+            },
+            id="culler-config-per-profile",
+        ),
+        pytest.param(
+            Workspace("u", "d", started=at(-60), profile="not-in-catalog"),
+            {
+                "idle_timeout": {"seconds": 3600, "source": "default"},
+                "max_duration": {"seconds": 0, "source": "default"},
+                "warn_before": {"seconds": [1800, 300], "source": "default"},
+            },
+            id="defaults",
+        ),
+    ],
+)
+async def test_each_decision_shows_its_effective_policy_and_where_each_value_came_from(
+    workspace: Workspace, expected: dict[str, Any]
+) -> None:
+    async for url in serve(_servers(workspace), FakeHubAuth()):
+        (decision,) = await get_json(url + "api/v1/decisions", "admin")
+        assert decision["policy"] == expected
 
 
 async def test_status_hides_other_users_errors_and_exemptions(base: str) -> None:
@@ -364,7 +475,8 @@ async def test_the_page_shows_the_callers_upcoming_stop_with_its_reason(base: st
     upcoming = html.split('id="upcoming"')[1].split("</section>")[0]
     assert 'data-user="alice" data-server-name=""' in upcoming
     assert "2026-01-15 13:05 UTC" in upcoming and "(in 5 min)" in upcoming
-    assert "idle since 12:00 UTC (latest: kernel k-alice)" in upcoming and "2 of 2" in upcoming
+    # warnings given of her own lead times (three: her profile's card), not the default's two
+    assert "idle since 12:00 UTC (latest: kernel k-alice)" in upcoming and "2 of 3" in upcoming
     assert "1.50 GPU·h" in upcoming
     assert 'data-user="bob"' not in html and "bob/gpu" not in html  # nor in the cycle's errors
     assert "static/css/style.min.css" in html and 'id="dry-run"' not in html

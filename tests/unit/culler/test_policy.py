@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuworkspace_spawner.services.culler import policy as policy_module
+from gpuworkspace_spawner.services.culler import precedence as precedence_module
 from gpuworkspace_spawner.services.culler.model import Action, Policy, Reason, Warning, Workspace
 from gpuworkspace_spawner.services.culler.policy import decide, decide_all
 from tests.unit.culler.scenarios import (
@@ -419,8 +420,8 @@ def test_decision_carries_the_evidence() -> None:
     assert decision.key == ("alice", "")
 
 
-def test_policy_imports_only_the_standard_library_and_the_model() -> None:
-    tree = ast.parse(Path(policy_module.__file__).read_text())
+def _imports(path: str) -> set[str]:
+    tree = ast.parse(Path(path).read_text())
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -428,11 +429,13 @@ def test_policy_imports_only_the_standard_library_and_the_model() -> None:
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             imported.add("." + module if node.level else module.split(".")[0])
-    # the model, and the project's pure constants (the exemption annotation's name); no I/O
-    assert {name for name in imported if name not in sys.stdlib_module_names} == {
-        ".model",
-        ".manifests.names",
-    }
+    return {name for name in imported if name not in sys.stdlib_module_names}
+
+
+def test_policy_imports_only_the_standard_library_and_the_model() -> None:
+    # the model, the precedence, and the project's pure constants (the exemption annotation's name)
+    assert _imports(policy_module.__file__) == {".model", ".precedence", ".manifests.names"}
+    assert _imports(precedence_module.__file__) == {".model"}  # no I/O
 
 
 def test_durations_in_messages() -> None:
