@@ -43,6 +43,11 @@ Action = Literal[
     "workspace-cull-warnings-withdrawn",
 ]
 
+# the records of a start: they carry what it runs (manifests/provenance.py build_start_details)
+START_ACTIONS: frozenset[str] = frozenset(
+    {"workspace-starting", "workspace-started", "workspace-start-failed"}
+)
+
 # Event reasons are CamelCase, like the kubelet's.
 _REASONS: dict[str, str] = {
     "disk-created": "WorkspaceDiskCreated",

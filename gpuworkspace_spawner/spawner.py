@@ -22,7 +22,7 @@ from prometheus_client import Counter
 from sqlalchemy.orm import object_session
 from traitlets import Enum, Float, Integer, Unicode, default
 
-from .audit import Action, AuditRecord, build_audit_event, log_audit
+from .audit import START_ACTIONS, Action, AuditRecord, build_audit_event, log_audit
 from .catalog import (
     Catalog,
     CatalogError,
@@ -53,6 +53,7 @@ from .manifests.names import (
     owner_key,
 )
 from .manifests.pod import build_workspace_pod
+from .manifests.provenance import build_start_details, decide_team
 from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
 from .manifests.vm import vm_names
 from .probecredentials import STATE_KEY as PROBE_STATE_KEY
@@ -107,14 +108,24 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     audit_events = Enum(
         ["all", "disk", "none"],
-        default_value="disk",
+        default_value="all",
         help="""
         Which audit records are also written as Kubernetes Events. Every record is always logged as one
-        JSON object on the ``gpuworkspace.audit`` logger. ``disk`` (default): the home disk's
-        transitions (created, adopted, retained, refused; the reclaimer's deletions) and refused
-        duplicate pods, on the claim, so ``kubectl describe pvc`` tells the disk's history. ``all``: also
-        each workspace start, start failure and stop, on the pod: two more API writes per start/stop
-        cycle. ``none``: log only.
+        JSON object on the ``gpuworkspace.audit`` logger. ``all`` (default): the disk's transitions on
+        the claim, and each workspace start, start failure and stop on the pod (or VM): two API writes
+        per start/stop cycle beside the pod's own create and delete (measured in
+        ``tests/e2e/test_audit.py``). ``disk``: only the home disk's transitions (created, adopted,
+        retained, refused; the reclaimer's deletions) and refused duplicate pods. ``none``: log only.
+        """,
+    ).tag(config=True)
+
+    team_group_prefix = Unicode(
+        "team-",
+        help="""
+        Where a workspace's team comes from when its profile sets none (``spec.team``): the user's first
+        group, in sorted order, whose name starts with this prefix, less the prefix (group ``team-nlp``:
+        team ``nlp``). The team is the ``gpuworkspace.dev/team`` label of the pod or VM and of its disk,
+        and part of each start's audit record. Empty: no group rule; only the catalog names teams.
         """,
     ).tag(config=True)
 
@@ -238,12 +249,15 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     def _context(self) -> WorkspaceContext:
         assert self._selection is not None
+        team = decide_team(self._selection.profile, self._groups(), group_prefix=self.team_group_prefix)
         return WorkspaceContext(
             identity=self._identity(),
             profile=self._selection.profile,
             catalog_version=self._catalog_version,
             ide=self._selection.ide,
             home_claim=self.pvc_name,
+            team=team.team,
+            team_source=team.source,
         )
 
     # --- manifests -----------------------------------------------------------------------------
@@ -779,6 +793,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             profile=selection.profile.slug if selection else "",
             catalog_version=self._catalog_version,
             uid=str(((obj or {}).get("metadata") or {}).get("uid", "")),
+            details=build_start_details(self._context()) if selection and action in START_ACTIONS else {},
         )
 
     def _log_record(self, action: Action, kind: str, name: str, message: str) -> None:

@@ -175,6 +175,7 @@ def build_profile(body: Mapping[str, Any], pools: Mapping[str, NodePool], source
         ide=build_ide(spec.get("ide", {})),
         access=Access(groups=frozenset(access.get("groups", [])), users=frozenset(access.get("users", []))),
         cost_center=spec.get("costCenter"),
+        team=spec.get("team"),
         default=spec.get("default", False),
         vm=build_vm(spec["vm"]) if "vm" in spec else None,
         source=source,

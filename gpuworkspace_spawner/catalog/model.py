@@ -185,6 +185,7 @@ class WorkspaceProfile:
     ide: IdeChoice = field(default_factory=IdeChoice)
     access: Access = field(default_factory=Access)
     cost_center: str | None = None
+    team: str | None = None  # the team label of its workspaces; None: from the user's groups (provenance.py)
     default: bool = False
     vm: VmSpec | None = None  # set exactly when runtime is vm
     source: str = ""  # the file the profile came from, for error messages and audit

@@ -267,6 +267,13 @@ PROFILE_SPEC: dict[str, Any] = _obj(
         "ide": IDE,
         "access": _obj({"groups": NAMES, "users": NAMES}),
         "costCenter": _string(63),
+        "team": {
+            "type": "string",
+            "minLength": 1,
+            "pattern": LABEL_VALUE_PATTERN,
+            "errorMessage": "{value}: a team must be usable as a Kubernetes label value (letters, digits, "
+            "'-', '_', '.'; at most 63; starting and ending with a letter or digit)",
+        },
         "default": {"type": "boolean"},
         "vm": VM,
     },

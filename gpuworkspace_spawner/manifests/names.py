@@ -23,6 +23,9 @@ LABEL_PROFILE = _PREFIX + "profile"
 LABEL_CATALOG_VERSION = _PREFIX + "catalog-version"
 LABEL_GPU_MODE = _PREFIX + "gpu-mode"
 LABEL_COST_CENTER = _PREFIX + "cost-center"
+LABEL_TEAM = _PREFIX + "team"
+# the first 16 hex digits of a pinned image's digest: a label cannot hold "sha256:" and 64 hex digits
+LABEL_IMAGE_DIGEST_PREFIX = _PREFIX + "image-digest-prefix"
 LABEL_RUNTIME = _PREFIX + "runtime"
 LABEL_NETWORK_PROFILE = _PREFIX + "network-profile"
 LABEL_DISK = _PREFIX + "disk"
@@ -39,6 +42,10 @@ ANN_SERVERNAME = _PREFIX + "servername"
 ANN_PROFILE = _PREFIX + "profile"
 ANN_CATALOG_VERSION = _PREFIX + "catalog-version"
 ANN_IDE = _PREFIX + "ide"
+ANN_TEAM = _PREFIX + "team"  # the exact team name behind the (possibly hashed) label value
+ANN_IMAGE = _PREFIX + "image"  # a container profile's image reference, as the catalog names it
+ANN_IMAGE_DIGEST = _PREFIX + "image-digest"  # sha256:<64 hex> when that reference is pinned by digest
+ANN_DATA_SOURCE = _PREFIX + "data-source"  # a VM profile's image: its CDI DataSource, <namespace>/<name>
 ANN_RETAIN_UNTIL = _PREFIX + "retain-until"
 ANN_LAST_NODE = _PREFIX + "last-node"  # where the disk was last attached: a fencing-check input
 ANN_RETAINED_AT = _PREFIX + "retained-at"
@@ -57,7 +64,13 @@ RETAINED_BY_TRANSFER = (
 
 DEFAULT_SERVER = "default"  # the selector value of JupyterHub's unnamed server ("")
 
+# Set on a disk by the start that created or last adopted it; the adopt patch removes those it lacks.
+PROVENANCE_LABELS = (LABEL_TEAM, LABEL_IMAGE_DIGEST_PREFIX)
+PROVENANCE_ANNOTATIONS = (ANN_TEAM, ANN_IMAGE, ANN_IMAGE_DIGEST, ANN_DATA_SOURCE)
+
 _LABEL_VALUE_MAX = 63
+_DIGEST_PREFIX_LEN = 16
+_IMAGE_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
 _HASH_LEN = 8
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _NOT_LABEL_CHARS = re.compile(r"[^-A-Za-z0-9_.]+")
@@ -82,6 +95,12 @@ def label_value(text: str) -> str:
     slug = _NOT_LABEL_CHARS.sub("-", text)[: _LABEL_VALUE_MAX - _HASH_LEN - 1]
     slug = slug.strip("-_.")
     return f"{slug}-{digest}" if slug else digest
+
+
+def image_digest(image: str | None) -> str:
+    """``sha256:<64 hex>`` of an image reference pinned by digest (``repo@sha256:...``); else ``""``."""
+    match = _IMAGE_DIGEST.search(image or "")
+    return match.group(1) if match else ""
 
 
 def dns_label(text: str, *, max_length: int = _LABEL_VALUE_MAX) -> str:
@@ -144,6 +163,8 @@ class WorkspaceContext:
     catalog_version: str
     ide: Ide
     home_claim: str  # the home PersistentVolumeClaim's name
+    team: str = ""  # provenance.decide_team; "" when neither the catalog nor a group names one
+    team_source: str = ""  # where the team came from: "catalog" or "group <name>"
 
     @property
     def profile_labels(self) -> dict[str, str]:
@@ -155,7 +176,8 @@ class WorkspaceContext:
 
     @property
     def labels(self) -> dict[str, str]:
-        """Selector labels plus profile, catalog version, GPU mode, runtime, cost centre, network profile."""
+        """Selector labels plus profile, catalog version, GPU mode, runtime, cost centre, network profile,
+        team and image digest prefix (the last four only when known)."""
         profile = self.profile
         labels = {
             **self.identity.selector_labels,
@@ -167,15 +189,40 @@ class WorkspaceContext:
             labels[LABEL_COST_CENTER] = label_value(profile.cost_center)
         if profile.security.network_profile:
             labels[LABEL_NETWORK_PROFILE] = label_value(profile.security.network_profile)
+        return {**labels, **self.provenance_labels}
+
+    @property
+    def provenance_labels(self) -> dict[str, str]:
+        """Team and image digest prefix, each only when known (also on disks: see PROVENANCE_LABELS)."""
+        labels = {LABEL_TEAM: label_value(self.team)} if self.team else {}
+        digest = image_digest(self.profile.image)
+        if digest:
+            labels[LABEL_IMAGE_DIGEST_PREFIX] = digest.removeprefix("sha256:")[:_DIGEST_PREFIX_LEN]
         return labels
 
     @property
+    def provenance_annotations(self) -> dict[str, str]:
+        """The exact team, the image (a container's reference and digest, a VM's DataSource), when known."""
+        profile = self.profile
+        annotations = {ANN_TEAM: self.team} if self.team else {}
+        if profile.image:
+            annotations[ANN_IMAGE] = profile.image
+        digest = image_digest(profile.image)
+        if digest:
+            annotations[ANN_IMAGE_DIGEST] = digest
+        if profile.vm is not None:
+            annotations[ANN_DATA_SOURCE] = f"{profile.vm.data_source_namespace}/{profile.vm.data_source_name}"
+        return annotations
+
+    @property
     def annotations(self) -> dict[str, str]:
-        """The raw names behind the (possibly hashed) label values: ownership checks read them."""
+        """The raw names behind the (possibly hashed) label values (ownership checks read them), and the
+        image and team of this start."""
         return {
             **self.identity.name_annotations,
             ANN_PROFILE: self.profile.slug,
             ANN_CATALOG_VERSION: self.catalog_version,
+            **self.provenance_annotations,
         }
 
     @property

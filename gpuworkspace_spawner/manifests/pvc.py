@@ -20,6 +20,8 @@ from gpuworkspace_spawner.manifests.names import (
     DISK_RETAINED,
     LABEL_DISK,
     LABEL_DISK_STATE,
+    PROVENANCE_ANNOTATIONS,
+    PROVENANCE_LABELS,
     WorkspaceContext,
 )
 
@@ -70,6 +72,7 @@ def build_home_pvc(ws: WorkspaceContext) -> dict[str, Any]:
                 LABEL_DISK: DISK_HOME,
                 LABEL_DISK_STATE: DISK_ACTIVE,
                 **ws.profile_labels,
+                **ws.provenance_labels,
             },
             "annotations": ws.disk_annotations,
         },
@@ -94,11 +97,18 @@ def build_retain_patch(*, retain_until: datetime, now: datetime, why: str) -> di
 
 
 def build_adopt_patch(ws: WorkspaceContext) -> dict[str, Any]:
-    """JSON merge patch: a retained claim becomes active again for ``ws`` (null removes the annotations)."""
+    """JSON merge patch: a retained claim becomes active again for ``ws`` (null removes the annotations,
+    and the team and image of the start that last adopted it when this start has none)."""
     return {
         "metadata": {
-            "labels": {LABEL_DISK_STATE: DISK_ACTIVE, **ws.profile_labels},
+            "labels": {
+                LABEL_DISK_STATE: DISK_ACTIVE,
+                **ws.profile_labels,
+                **dict.fromkeys(PROVENANCE_LABELS),
+                **ws.provenance_labels,
+            },
             "annotations": {
+                **dict.fromkeys(PROVENANCE_ANNOTATIONS),
                 **ws.disk_annotations,
                 ANN_RETAIN_UNTIL: None,
                 ANN_RETAINED_AT: None,

@@ -132,6 +132,7 @@ def build_root_disk(ws: WorkspaceContext, names: VmNames) -> dict[str, Any]:
                 LABEL_DISK: DISK_ROOT,
                 LABEL_DISK_STATE: DISK_ACTIVE,
                 **ws.profile_labels,
+                **ws.provenance_labels,
             },
             "annotations": {**ws.disk_annotations, ANN_CDI_DELETE_AFTER_COMPLETION: "false"},
         },

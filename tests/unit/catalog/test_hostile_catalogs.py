@@ -194,6 +194,7 @@ PROFILE_FIELDS = [
     ("spec.description", NOT_TEXT),
     ("spec.image", NOT_TEXT),
     ("spec.costCenter", NOT_TEXT),
+    ("spec.team", NOT_TEXT),
     ("spec.runtime", NOT_TEXT),
     ("spec.resources.limits.cpu", NOT_QUANTITY),
     ("spec.resources.requests.memory", NOT_QUANTITY),

@@ -22,6 +22,7 @@ from gpuworkspace_spawner.manifests.names import WorkspaceContext, WorkspaceIden
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CATALOG_VERSION = "2026.03.1"
+CUDA_DIGEST = "sha256:" + "5e1f0c3a9d7b2468" * 4
 
 # owner: the hub user record's creation time (names.owner_key), recorded on every disk
 ALICE = WorkspaceIdentity(
@@ -55,7 +56,7 @@ _GPU_POOL = NodePool(
 GPU_EXCLUSIVE = WorkspaceProfile(
     slug="gpu-a100-exclusive",
     display_name="One whole A100",
-    image="registry.example.com/workspaces/cuda:12.4",
+    image=f"registry.example.com/workspaces/cuda:12.4@{CUDA_DIGEST}",
     resources=Resources(
         requests={"cpu": "4", "memory": "64Gi", "nvidia.com/gpu": "1"},
         limits={"memory": "64Gi", "nvidia.com/gpu": "1"},
@@ -80,6 +81,7 @@ GPU_EXCLUSIVE = WorkspaceProfile(
         network_profile="egress-git-registry", run_as_user=1001, run_as_group=1001, fs_group=1001
     ),
     cost_center="research/nlp",
+    team="nlp",
 )
 
 MIG = WorkspaceProfile(
@@ -101,12 +103,15 @@ MIG = WorkspaceProfile(
 def context(
     profile: WorkspaceProfile, identity: WorkspaceIdentity = ALICE, claim: str = "home-alice"
 ) -> WorkspaceContext:
+    """The start of ``profile``; its team is the profile's, as the spawner decides it with no groups."""
     return WorkspaceContext(
         identity=identity,
         profile=profile,
         catalog_version=CATALOG_VERSION,
         ide="code-server",
         home_claim=claim,
+        team=profile.team or "",
+        team_source="catalog" if profile.team else "",
     )
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpuworkspace_spawner.manifests import names
 from gpuworkspace_spawner.manifests.names import WorkspaceIdentity, dns_label, label_value
-from tests.unit.manifests.scenarios import ALICE, CPU, GPU_EXCLUSIVE, MIG, context
+from tests.unit.manifests.scenarios import ALICE, CPU, CUDA_DIGEST, GPU_EXCLUSIVE, MIG, context
 
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -88,12 +88,17 @@ def test_context_labels_and_annotations() -> None:
         names.LABEL_RUNTIME: "container",
         names.LABEL_COST_CENTER: label_value("research/nlp"),
         names.LABEL_NETWORK_PROFILE: "egress-git-registry",
+        names.LABEL_TEAM: "nlp",
+        names.LABEL_IMAGE_DIGEST_PREFIX: CUDA_DIGEST.removeprefix("sha256:")[:16],
     }
     assert ws.annotations == {
         names.ANN_USERNAME: "Alice.Smith@example.com",
         names.ANN_SERVERNAME: "",
         names.ANN_PROFILE: "gpu-a100-exclusive",
         names.ANN_CATALOG_VERSION: "2026.03.1",
+        names.ANN_TEAM: "nlp",
+        names.ANN_IMAGE: GPU_EXCLUSIVE.image,
+        names.ANN_IMAGE_DIGEST: CUDA_DIGEST,
     }
 
 

@@ -17,7 +17,7 @@ from gpuworkspace_spawner.manifests.pvc import (
     parse_time,
 )
 from tests.unit.manifests.golden import assert_golden, validate
-from tests.unit.manifests.scenarios import CPU, GPU_EXCLUSIVE, context
+from tests.unit.manifests.scenarios import CPU, CUDA_DIGEST, GPU_EXCLUSIVE, context
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -71,12 +71,29 @@ def test_adopt_patch_clears_retention_and_updates_profile() -> None:
         names.LABEL_DISK_STATE: "active",
         names.LABEL_PROFILE: "cpu-small",
         names.LABEL_CATALOG_VERSION: "2026.03.1",
+        # CPU has no team and a tag, not a digest: what an earlier start recorded is removed
+        names.LABEL_TEAM: None,
+        names.LABEL_IMAGE_DIGEST_PREFIX: None,
     }
     annotations = patch["metadata"]["annotations"]
     assert annotations[names.ANN_RETAIN_UNTIL] is None
     assert annotations[names.ANN_RETAINED_AT] is None
     assert annotations[names.ANN_RETAINED_BY] is None
     assert annotations[names.ANN_PROFILE] == "cpu-small"
+    assert annotations[names.ANN_IMAGE] == CPU.image
+    assert annotations[names.ANN_IMAGE_DIGEST] is None
+    assert annotations[names.ANN_TEAM] is None
+
+
+def test_adopt_patch_records_the_team_and_digest_of_the_adopting_start() -> None:
+    claim = build_home_pvc(context(CPU))  # created by a start of a profile without team or digest
+    patch = build_adopt_patch(context(GPU_EXCLUSIVE))
+    labels = {**claim["metadata"]["labels"], **patch["metadata"]["labels"]}
+    annotations = {**claim["metadata"]["annotations"], **patch["metadata"]["annotations"]}
+    assert labels[names.LABEL_TEAM] == "nlp"
+    assert labels[names.LABEL_IMAGE_DIGEST_PREFIX] == CUDA_DIGEST.removeprefix("sha256:")[:16]
+    assert annotations[names.ANN_IMAGE_DIGEST] == CUDA_DIGEST
+    assert annotations[names.ANN_IMAGE] == GPU_EXCLUSIVE.image
 
 
 @pytest.mark.parametrize(

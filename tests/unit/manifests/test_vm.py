@@ -101,6 +101,7 @@ VM_GPU = WorkspaceProfile(
     ),
     security=Security(network_profile="egress-git-registry"),
     cost_center="research/nlp",
+    team="nlp",
 )
 
 
@@ -114,6 +115,8 @@ def vm_context(
         catalog_version=CATALOG_VERSION,
         ide="jupyterlab",
         home_claim=vm_objects.disk,
+        team=profile.team or "",
+        team_source="catalog" if profile.team else "",
     )
     return ws, vm_objects
 

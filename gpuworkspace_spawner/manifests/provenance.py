@@ -1,0 +1,100 @@
+"""Who a workspace is for and what it runs: its team, and the details a start's audit record carries.
+
+Pure. The team comes from the catalog profile (``spec.team``) when it names one, else from the user's
+groups: the first group, in sorted order, whose name starts with the hub's ``team_group_prefix``
+(``team-nlp`` → ``nlp``); else there is none. The start details say which image (reference and digest, or
+a VM's DataSource), which mounts (volume, path, claim) and which GPUs (resource, count, mode) a start
+asked for, so an audit log answers seed 001 §18 without reading the catalog of that day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuworkspace_spawner.catalog.model import WorkspaceProfile
+from gpuworkspace_spawner.manifests.names import WorkspaceContext, image_digest
+from gpuworkspace_spawner.manifests.pod import workspace_volumes
+from gpuworkspace_spawner.manifests.vm import ROOT_DISK
+
+SOURCE_CATALOG = "catalog"
+_GPU_PREFIX = "nvidia.com/"
+
+
+@dataclass(frozen=True)
+class TeamDecision:
+    """The team of a start (``""``: none), where it came from (``catalog``, ``group <name>``, ``""``), why."""
+
+    team: str
+    source: str
+    reason: str
+
+
+def decide_team(profile: WorkspaceProfile, groups: Iterable[str], *, group_prefix: str) -> TeamDecision:
+    """The profile's ``team``; else the first sorted group named ``<group_prefix><team>``; else none.
+
+    An empty ``group_prefix`` turns the group rule off. A group that is only the prefix names no team.
+    """
+    if profile.team:
+        return TeamDecision(profile.team, SOURCE_CATALOG, f"profile {profile.slug} sets team")
+    if not group_prefix:
+        return TeamDecision("", "", "the profile sets no team and the group rule is off")
+    for group in sorted(set(groups)):
+        if group.startswith(group_prefix) and len(group) > len(group_prefix):
+            return TeamDecision(
+                group[len(group_prefix) :], f"group {group}", f"the first group named {group_prefix}*"
+            )
+    return TeamDecision("", "", f"the profile sets no team and no group is named {group_prefix}*")
+
+
+def build_start_details(ws: WorkspaceContext) -> dict[str, Any]:
+    """What a start record adds to its profile and catalog version: image, team, mounts, GPU request.
+
+    JSON-ready (strings, lists, dicts). ``image_digest`` is ``""`` when the image is not pinned by
+    digest; a VM's image is its DataSource (``data_source``), its one mount the root disk.
+    """
+    profile = ws.profile
+    details: dict[str, Any] = {
+        "runtime": profile.runtime,
+        "ide": ws.ide,
+        "team": ws.team,
+        "team_source": ws.team_source,
+        "cost_center": profile.cost_center or "",
+        "gpu": _gpu_request(profile),
+    }
+    if profile.vm is not None:
+        data_source = f"{profile.vm.data_source_namespace}/{profile.vm.data_source_name}"
+        mount = {"volume": ROOT_DISK, "mount_path": "/", "claim": ws.home_claim, "read_only": False}
+        return {**details, "image": "", "image_digest": "", "data_source": data_source, "mounts": [mount]}
+    mounts = [_mount(v.volume, v.mount) for v in workspace_volumes(ws)]
+    image = profile.image or ""
+    return {**details, "image": image, "image_digest": image_digest(image), "mounts": mounts}
+
+
+def _mount(volume: Mapping[str, Any], mount: Mapping[str, Any]) -> dict[str, Any]:
+    claim = (volume.get("persistentVolumeClaim") or {}).get("claimName", "")
+    out = {
+        "volume": mount["name"],
+        "mount_path": mount["mountPath"],
+        "claim": claim,  # "" for an emptyDir (scratch, /dev/shm)
+        "read_only": bool(mount.get("readOnly", False)),
+    }
+    if mount.get("subPath"):
+        out["sub_path"] = mount["subPath"]
+    return out
+
+
+def _gpu_request(profile: WorkspaceProfile) -> dict[str, Any]:
+    """GPU mode and resources: ``{"mode": "mig", "resources": {"nvidia.com/mig-1g.10gb": "1"}}``.
+
+    A container's ``nvidia.com/*`` resources (the limit where both are set); a VM's passthrough devices, counted by name.
+    """
+    resources: dict[str, str] = {}
+    if profile.vm is not None:
+        for gpu in profile.vm.gpus:
+            resources[gpu.device_name] = str(int(resources.get(gpu.device_name, "0")) + 1)
+    else:
+        named = {**profile.resources.requests, **profile.resources.limits}
+        resources = {k: str(v) for k, v in sorted(named.items()) if k.startswith(_GPU_PREFIX)}
+    return {"mode": profile.placement.gpu_mode, "resources": resources}
