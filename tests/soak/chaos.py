@@ -142,8 +142,8 @@ class Conductor:
             elif kind == "service-restart":
                 self._kill_service(SERVICES[self.report.chaos[kind] % len(SERVICES)])
             else:
-                self._pause()
-                try:
+                try:  # the pause too: a pause that times out must not leave every worker waiting
+                    self._pause()
                     self._node_failure()
                 finally:
                     self._running.set()

@@ -243,11 +243,20 @@ class Worker:
     def _wait_gone(self, server: Server, what: str, removed: bool = False) -> bool:
         """Until the hub no longer runs (``removed``: no longer has) the server. Over SLOW_S is counted
         as slow (a stop waits for the VMI or pod to go); over GIVE_UP_S it is a finding."""
-        began = time.monotonic()
+        began, resent = time.monotonic(), False
         while time.monotonic() < began + GIVE_UP_S:
             status, model = self.api("GET", f"/users/{self.user}?include_stopped_servers=1")
             servers = (model or {}).get("servers") or {} if status == 200 else {}
             entry = servers.get(server.name)
+            stopped = entry is not None and not entry.get("ready") and not entry.get("pending")
+            if removed and stopped and not resent and self._restart_overlapped():
+                # JupyterHub removes a server only after its stop, in the request's handler: a hub
+                # restarted in between forgets the removal (the server stays, stopped). A client
+                # repeats the request, as a user would; the delete path must be safe to repeat.
+                resent = True
+                self.tally.outcomes["delete:repeated-after-hub-restart"] += 1
+                self.api("DELETE", f"/users/{self.user}/servers/{server.name}", {"remove": True})
+                continue
             if (
                 (entry is None)
                 if removed
