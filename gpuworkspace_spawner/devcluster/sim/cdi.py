@@ -36,7 +36,10 @@ from .events import record_event
 DVS, DATASOURCES = rt_of("cdi.kubevirt.io", "datavolumes"), rt_of("cdi.kubevirt.io", "datasources")
 CLONE_COMPONENT, IMPORT_COMPONENT = "datavolume-pvc-clone-controller", "datavolume-import-controller"
 CDI_LABEL = {"app": "containerized-data-importer"}  # common.CDILabelKey: common.CDILabelValue
-RECOMMENDED_LABELS = {"app.kubernetes.io/component": "storage", "app.kubernetes.io/managed-by": "cdi-controller"}
+RECOMMENDED_LABELS = {
+    "app.kubernetes.io/component": "storage",
+    "app.kubernetes.io/managed-by": "cdi-controller",
+}
 # Filesystem claims: KubePersistentVolumeFillingUp is suppressed (CDI's importer fills them on purpose)
 FILLING_UP_SUPPRESS = {"alerts.k8s.io/KubePersistentVolumeFillingUp": "disabled"}
 # CDI's StorageProfile capabilities per provisioner: (accessMode, volumeMode), in order of preference

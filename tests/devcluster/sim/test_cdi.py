@@ -404,4 +404,6 @@ def test_claim_metadata_suppresses_the_filling_up_alert_on_filesystem_claims() -
     volume = {"metadata": {"uid": "u", "labels": {"a": "1"}}, "spec": {}}
     labels = claim_metadata(volume, "Filesystem", None)["labels"]
     assert labels["alerts.k8s.io/KubePersistentVolumeFillingUp"] == "disabled" and labels["a"] == "1"
-    assert "alerts.k8s.io/KubePersistentVolumeFillingUp" not in claim_metadata(volume, "Block", None)["labels"]
+    assert (
+        "alerts.k8s.io/KubePersistentVolumeFillingUp" not in claim_metadata(volume, "Block", None)["labels"]
+    )
