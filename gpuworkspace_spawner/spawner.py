@@ -34,12 +34,12 @@ from .catalog import (
 )
 from .compat import SpawnException
 from .k8s import Conflict, Forbidden, KubernetesError, NotFound, Unavailable, custom, gateway
-from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VIRTUAL_MACHINES, VM_INSTANCES, ClusterWatch
+from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VM_INSTANCES, ClusterWatch
 from .k8s.errors import as_kubernetes_error, map_api_exception
 from .k8s.reflectors import ClaimReflector, retrying
 from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
-from .lifecycle.ownership import choose_home_claim, decide_owner
+from .lifecycle.ownership import choose_home_claim
 from .lifecycle.retention import decide_home_disk, retain_until
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
 from .lifecycle.state import derive_state, to_json
@@ -58,6 +58,7 @@ from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
 from .manifests.vm import vm_names
 from .probecredentials import STATE_KEY as PROBE_STATE_KEY
 from .probecredentials import issue_probe_token, probe_token_from_state, revoke_probe_tokens
+from .retaining import retain_server_disks
 from .vmruntime import VMRuntime
 
 CATALOG_RELOAD_FAILURES = Counter(
@@ -639,54 +640,15 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         return result
 
     async def delete_forever(self) -> None:
-        """Retain the home disk (never delete it): the reclaimer deletes it once retention ends."""
-        if self.name and "{user_server}" not in self.pvc_name_template:
-            self.log.info("Not retaining shared claim %s for named server %s", self.pvc_name, self.name)
-            return
+        """Retain every disk the server owns (never delete one): the reclaimer deletes them once retention
+        ends. A server that ran as a container and as a VM has two (:mod:`.retaining`)."""
         now = datetime.now(UTC)
         until = retain_until(now, timedelta(days=self.retention_days))
         patch = build_retain_patch(
             retain_until=until, now=now, why="server-deleted" if self.name else "user-deleted"
         )
-        if self.runtime == "vm":
-            await self._retain_vm_disk(patch, until)
-            return
-        try:
-            current = await gateway.read_pvc(
-                self.api, self.namespace, self.pvc_name, request_timeout=self.k8s_api_request_timeout
-            )
-            owner = decide_owner(current.get("metadata") or {}, self._identity())
-            if owner.action == "foreign":  # a former owner's disk under this name: not ours to retain
-                self.log.info("Not retaining %s for %s: %s", self.pvc_name, self._log_name, owner.reason)
-                return
-            claim = await gateway.patch_pvc(
-                self.api, self.namespace, self.pvc_name, patch, request_timeout=self.k8s_api_request_timeout
-            )
-        except NotFound:
-            self.log.info("No home disk %s to retain for %s", self.pvc_name, self._log_name)
-            return
-        message = f"Home disk retained until {until:%Y-%m-%d %H:%M:%S} UTC"
-        await self._audit("disk-retained", "PersistentVolumeClaim", self.pvc_name, message, claim)
-
-    async def _retain_vm_disk(self, patch: dict[str, Any], until: datetime) -> None:
-        """VM workspaces: the compute objects go, the root disk (DataVolume and its claim) is retained."""
-        names, api, timeout = vm_names(self._identity()), custom.custom_api(), self.k8s_api_request_timeout
-        try:
-            dv = await custom.patch(
-                api, DATA_VOLUMES, self.namespace, names.disk, patch, request_timeout=timeout
-            )
-        except NotFound:
-            dv = None
-        await custom.delete_unconditionally(
-            api, VIRTUAL_MACHINES, self.namespace, names.vm, request_timeout=timeout
-        )
-        await custom.delete_core(self.namespace, "service", names.service, request_timeout=timeout)
-        await custom.delete_core(self.namespace, "secret", names.secret, request_timeout=timeout)
-        if dv is not None:
-            message = (
-                f"Root disk retained until {until:%Y-%m-%d %H:%M:%S} UTC; VM, Service and Secret deleted"
-            )
-            await self._audit("disk-retained", "DataVolume", names.disk, message, dv)
+        shared = bool(self.name) and "{user_server}" not in self.pvc_name_template
+        await retain_server_disks(self, patch, until, home_shared=shared, vm=self.runtime == "vm")
 
     @property
     def workspace_status(self) -> dict[str, Any] | None:

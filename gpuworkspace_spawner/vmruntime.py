@@ -171,9 +171,19 @@ class VMRuntime:
             except Conflict:
                 pass  # created meanwhile (the cache lagged); the next checks read it from the cache
         elif verdict.action == "adopt":
+            patch = build_adopt_patch(ws)
             dv = await custom.patch(
-                api, DATA_VOLUMES, self.namespace, names.disk, build_adopt_patch(ws), request_timeout=timeout
+                api, DATA_VOLUMES, self.namespace, names.disk, patch, request_timeout=timeout
             )
+            # and its claim: CDI copied the DataVolume's labels onto it once, when it created it
+            with contextlib.suppress(NotFound):
+                await gateway.patch_pvc(
+                    self.api,  # type: ignore[attr-defined]
+                    self.namespace,
+                    names.disk,
+                    patch,
+                    request_timeout=timeout,
+                )
             await self._audit("disk-adopted", "DataVolume", names.disk, verdict.reason, dv)
 
     async def _remove_workspace_pod(self, ws: WorkspaceContext) -> None:

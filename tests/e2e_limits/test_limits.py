@@ -25,9 +25,9 @@ CPU = {"profile": "cpu-small"}
 
 def disks(stack: HubStack, user: str | None = None) -> list[dict[str, Any]]:
     """Workspace disks in the namespace (home claims and VM root DataVolumes), optionally one user's."""
-    selector = "gpuworkspace.dev/disk in (home,root)"
-    items = [*get_json(stack, "pvc", "-l", selector)["items"]]
-    items += get_json(stack, "datavolumes.cdi.kubevirt.io", "-l", selector)["items"]
+    # a root disk once: its DataVolume (CDI's claim for it carries the same labels, copied at creation)
+    items = [*get_json(stack, "pvc", "-l", "gpuworkspace.dev/disk=home")["items"]]
+    items += get_json(stack, "datavolumes.cdi.kubevirt.io", "-l", "gpuworkspace.dev/disk=root")["items"]
     if user is not None:
         items = [d for d in items if d["metadata"]["annotations"].get("gpuworkspace.dev/username") == user]
     return items

@@ -6,8 +6,8 @@ lifecycle path. Each rule counts only for the one ServiceAccount its Role is bou
 
 - ``lifecycle_log`` drives the paths once (container start/stop/delete with the disk retained/re-adopt/
   reclaim, the fencing check's evidence path, VM start/stop/delete, the disk service's listing,
-  metrics, resize, snapshot and restore, the attribution API) and keeps the requests of the four
-  identities.
+  metrics, resize, snapshot and restore, its reclaim of a VM root disk, the attribution API) and keeps
+  the requests of the four identities.
 - Every request of each identity was allowed, and every rule was used by at least one request of its
   identity (a rule nothing used is a rule the code does not need).
 - Every used rule alone allowed some request of its identity (no other rule of that identity did):
@@ -147,6 +147,17 @@ def vm_paths(stack: HubStack, user: str, server: str) -> None:
     )
     gone = lambda: name not in k(stack, "get", "datavolume", "-o", "name")  # noqa: E731
     wait_for(gone, 30, "the reclaimer to delete the root disk")
+    # a second VM server's retained root disk, deleted now through the disk service (its DataVolume)
+    start(stack, user, f"{server}2", "vm-workstation")
+    stack.hub.stop_server(user, f"{server}2")
+    remove(stack, user, f"{server}2")
+    wait_for(lambda: len(get_json(stack, "datavolume", "-l", selector)["items"]) == 1, 30, "the second disk")
+    (second,) = get_json(stack, "datavolume", "-l", selector)["items"]
+    root = second["metadata"]["name"]
+    wait_for(lambda: label(stack, "datavolume", root, "gpuworkspace.dev/disk-state") == "retained", 30, "dv")
+    status, body = service(stack, "POST", DISKS + f"api/v1/disks/{root}/reclaim", {})
+    assert status == 200 and body["deleted"], body
+    wait_for(lambda: root not in k(stack, "get", "datavolume", "-o", "name"), 30, "the root disk to go")
 
 
 def attribution_paths(stack: HubStack) -> None:

@@ -2,7 +2,9 @@
 
 A DataVolume with ``spec.sourceRef`` (a DataSource) or ``spec.source.pvc`` clones, ``spec.source.blank`` makes an
 empty volume. The target PVC has the DataVolume's name, is owned by it (the garbage collector deletes it with
-the DataVolume) and carries CDI's labels. ``spec.pvc`` is used verbatim; ``spec.storage`` is rendered as CDI
+the DataVolume) and carries, as CDI's ``newPersistentVolumeClaim`` writes them (:func:`claim_metadata`), CDI's
+label, every label and annotation of the DataVolume at that moment, then CDI's own annotations and recommended
+labels. Copied once, at creation: later changes to the DataVolume's labels do not reach the claim. ``spec.pvc`` is used verbatim; ``spec.storage`` is rendered as CDI
 does with the StorageProfile: accessModes exactly as given (omitted: the profile's first claim property set,
 for RBD ``[ReadWriteMany]`` with ``volumeMode: Block``), a missing volumeMode from the first property set
 allowing the modes (RBD + ReadWriteOnce → Block), the default class when none is named, Filesystem requests
@@ -33,11 +35,13 @@ from .events import record_event
 
 DVS, DATASOURCES = rt_of("cdi.kubevirt.io", "datavolumes"), rt_of("cdi.kubevirt.io", "datasources")
 CLONE_COMPONENT, IMPORT_COMPONENT = "datavolume-pvc-clone-controller", "datavolume-import-controller"
-CDI_LABELS = {
-    "app": "containerized-data-importer",
+CDI_LABEL = {"app": "containerized-data-importer"}  # common.CDILabelKey: common.CDILabelValue
+RECOMMENDED_LABELS = {
     "app.kubernetes.io/component": "storage",
     "app.kubernetes.io/managed-by": "cdi-controller",
 }
+# Filesystem claims: KubePersistentVolumeFillingUp is suppressed (CDI's importer fills them on purpose)
+FILLING_UP_SUPPRESS = {"alerts.k8s.io/KubePersistentVolumeFillingUp": "disabled"}
 # CDI's StorageProfile capabilities per provisioner: (accessMode, volumeMode), in order of preference
 PROFILES = {
     "rbd.csi.ceph.com": (
@@ -75,6 +79,32 @@ def render_claim_spec(dv_spec: Obj, sc: Obj | None, source_size: str | None, ove
     elif source_size:
         requests["storage"] = source_size
     return spec
+
+
+def claim_metadata(dv: Obj, volume_mode: str, source: Obj | None) -> Obj:
+    """Labels and annotations of the claim CDI creates for ``dv`` (datavolume/controller-base.go,
+    ``newPersistentVolumeClaim`` then ``util.SetRecommendedLabels`` in ``createPvcForDatavolume``).
+
+    Labels: CDI's ``app`` label (and the filling-up alert suppression for Filesystem claims), then every
+    DataVolume label over them, then the recommended labels over those. Annotations: every DataVolume
+    annotation, then CDI's (content type, pod phase, restarts, ``createdForDataVolume``, the clone source).
+    """
+    meta, spec = dv["metadata"], dv.get("spec") or {}
+    labels = dict(CDI_LABEL) | (FILLING_UP_SUPPRESS if volume_mode == "Filesystem" else {})
+    labels |= meta.get("labels") or {}
+    labels |= RECOMMENDED_LABELS
+    annotations = dict(meta.get("annotations") or {})
+    annotations |= {
+        "cdi.kubevirt.io/storage.pod.restarts": "0",
+        "cdi.kubevirt.io/storage.contentType": spec.get("contentType", "kubevirt"),
+        POD_PHASE: "Pending",
+        "cdi.kubevirt.io/createdForDataVolume": meta["uid"],
+    }
+    if source is not None:
+        annotations["cdi.kubevirt.io/cloneRequest"] = (
+            f"{source['metadata']['namespace']}/{source['metadata']['name']}"
+        )
+    return {"labels": labels, "annotations": annotations}
 
 
 def clone_size_error(dv_spec: Obj, source: Obj) -> str | None:
@@ -292,15 +322,7 @@ class CdiController(SimController):
         if source is not None and not source_size:
             source_size = source["spec"].get("resources", {}).get("requests", {}).get("storage")
         meta = dv["metadata"]
-        annotations = {
-            "cdi.kubevirt.io/storage.contentType": spec.get("contentType", "kubevirt"),
-            POD_PHASE: "Pending",
-        }
-        annotations["cdi.kubevirt.io/createdForDataVolume"] = meta["uid"]
-        if source is not None:
-            annotations["cdi.kubevirt.io/cloneRequest"] = (
-                f"{source['metadata']['namespace']}/{source['metadata']['name']}"
-            )
+        claim_spec = render_claim_spec(spec, sc, source_size, self.filesystem_overhead)
         owner = {
             "apiVersion": DVS.api_version,
             "kind": "DataVolume",
@@ -310,11 +332,10 @@ class CdiController(SimController):
         body = {
             "metadata": {
                 "name": meta["name"],
-                "labels": dict(CDI_LABELS),
-                "annotations": annotations,
+                **claim_metadata(dv, claim_spec.get("volumeMode") or "Filesystem", source),
                 "ownerReferences": [owner | {"controller": True, "blockOwnerDeletion": True}],
             },
-            "spec": render_claim_spec(spec, sc, source_size, self.filesystem_overhead),
+            "spec": claim_spec,
         }
         pvc, _ = self.verbs.create(PVCS, meta["namespace"], body)
         return pvc

@@ -40,6 +40,7 @@ from ...lifecycle.diskops import (
     snapshot_name,
     snapshot_progress,
 )
+from ...lifecycle.rootdisks import restore_refusal
 from ...manifests.names import (
     ANN_CATALOG_VERSION,
     ANN_PROFILE,
@@ -49,7 +50,7 @@ from ...manifests.names import (
     label_value,
 )
 from ..serving import ServiceError
-from . import access
+from . import access, rootdisks
 from .metrics import VolumeStats
 from .views import Related, owner, snapshot_view, workspace_item
 
@@ -326,6 +327,9 @@ class DiskOperations:
     async def restore(self, caller: Obj, name: str, snapshot: str) -> Obj:
         self.require_admin(caller, "restoring a disk")
         claim = await self.claim(name)
+        root_refusal = restore_refusal(claim)
+        if root_refusal:
+            raise await self._refuse(Verdict(False, root_refusal, "conflict"), claim, caller, "restore")
         source = await self._read_snapshot(snapshot)
         verdict = decide_restore(claim, source, users=await self._users(name))
         if not verdict.allowed:
@@ -412,6 +416,8 @@ class DiskOperations:
     async def reclaim(self, caller: Obj, name: str) -> Obj:
         self.require_admin(caller, "reclaiming a disk")
         claim = await self.claim(name)
+        if disk_kind(claim) == DISK_ROOT:
+            return await rootdisks.reclaim(self, caller, claim)
         verdict = decide_reclaim_now(claim, users=await self._users(name))
         if not verdict.allowed:
             raise await self._refuse(verdict, claim, caller, "reclaim")

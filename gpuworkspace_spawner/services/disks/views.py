@@ -19,6 +19,7 @@ from ...lifecycle.diskops import (
     snapshot_progress,
     usage_ratio,
 )
+from ...lifecycle.rootdisks import data_volume_of, with_lifecycle_of
 from ...manifests.names import (
     ANN_CATALOG_VERSION,
     ANN_PROFILE,
@@ -131,6 +132,7 @@ def disk_view(claim: Mapping[str, Any], usage: Usage | None) -> Obj:
 
 
 def workspace_item(claim: Mapping[str, Any], related: Related, usage: Usage | None, *, now: datetime) -> Obj:
+    claim = with_lifecycle_of(claim, data_volume_of(claim, related.data_volumes))  # a root disk's: its DV's
     meta = _meta(claim)
     annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
     user, server = owner(claim)

@@ -14,7 +14,7 @@ import pytest
 from gpuworkspace_spawner.devcluster.cluster import DevCluster
 from gpuworkspace_spawner.devcluster.resources import find
 from gpuworkspace_spawner.devcluster.sim.base import SimController
-from gpuworkspace_spawner.devcluster.sim.cdi import CdiController, render_claim_spec
+from gpuworkspace_spawner.devcluster.sim.cdi import CdiController, claim_metadata, render_claim_spec
 from gpuworkspace_spawner.devcluster.sim.context import SimContext
 from gpuworkspace_spawner.devcluster.sim.csi import CsiController, claim_volume_dir
 from gpuworkspace_spawner.devcluster.sim.topology import ROOTFS_ANNOTATION
@@ -190,7 +190,7 @@ async def test_clone_from_datasource_reports_progress_and_copies_files(sim: Sim)
         "app": "containerized-data-importer",
         "app.kubernetes.io/component": "storage",
         "app.kubernetes.io/managed-by": "cdi-controller",
-    }
+    }  # RBD + ReadWriteOnce renders Block: no filling-up suppression label
     (owner,) = pvc["metadata"]["ownerReferences"]
     dv_obj = sim.get(DVS, WORK, "alice-root") or {}
     assert owner == {
@@ -370,3 +370,40 @@ async def test_clone_smaller_than_its_source_is_refused(sim: Sim) -> None:
     await eventually(lambda: sim.phase(WORK, "sized") == "Succeeded")
     claim = sim.get(PVCS, WORK, "sized") or {}
     assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
+
+
+async def test_the_claim_carries_the_datavolumes_labels_and_annotations_as_created(sim: Sim) -> None:
+    """CDI's newPersistentVolumeClaim: DataVolume labels and annotations are copied once, at creation."""
+    await with_golden(sim)
+    meta = {
+        "name": "bob-root",
+        "labels": {"gpuworkspace.dev/disk": "root", "app": "mine", "app.kubernetes.io/managed-by": "me"},
+        "annotations": {"gpuworkspace.dev/username": "bob", "cdi.kubevirt.io/storage.contentType": "x"},
+    }
+    sim.create(DVS, WORK, dv("bob-root") | {"metadata": meta})
+    await eventually(lambda: sim.phase(WORK, "bob-root") == "Succeeded")
+    pvc = sim.get(PVCS, WORK, "bob-root") or {}
+    uid = (sim.get(DVS, WORK, "bob-root") or {})["metadata"]["uid"]
+    assert pvc["metadata"]["labels"] == {
+        "app": "mine",  # the DataVolume's label over CDI's
+        "gpuworkspace.dev/disk": "root",
+        "app.kubernetes.io/component": "storage",
+        "app.kubernetes.io/managed-by": "cdi-controller",  # the recommended labels over the DataVolume's
+    }
+    annotations = pvc["metadata"]["annotations"]
+    assert annotations["gpuworkspace.dev/username"] == "bob"
+    assert annotations["cdi.kubevirt.io/storage.contentType"] == "kubevirt"  # CDI's over the DataVolume's
+    assert annotations["cdi.kubevirt.io/createdForDataVolume"] == uid
+    patch = {"metadata": {"labels": {"gpuworkspace.dev/disk": "changed"}}}
+    sim.cluster.verbs.patch(DVS, WORK, "bob-root", patch, MERGE)
+    await sim.settle()
+    assert (sim.get(PVCS, WORK, "bob-root") or {})["metadata"]["labels"]["gpuworkspace.dev/disk"] == "root"
+
+
+def test_claim_metadata_suppresses_the_filling_up_alert_on_filesystem_claims() -> None:
+    volume = {"metadata": {"uid": "u", "labels": {"a": "1"}}, "spec": {}}
+    labels = claim_metadata(volume, "Filesystem", None)["labels"]
+    assert labels["alerts.k8s.io/KubePersistentVolumeFillingUp"] == "disabled" and labels["a"] == "1"
+    assert (
+        "alerts.k8s.io/KubePersistentVolumeFillingUp" not in claim_metadata(volume, "Block", None)["labels"]
+    )
