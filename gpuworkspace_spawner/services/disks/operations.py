@@ -59,6 +59,7 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _STATUS = {"invalid": 400, "conflict": 409}
 DV = ("cdi.kubevirt.io", "v1beta1", "datavolumes")
 VMS = ("kubevirt.io", "v1", "virtualmachines")
+DISK_SELECTOR = f"{LABEL_DISK} in ({','.join(DISK_KINDS)})"  # every workspace disk
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,8 @@ class DiskOperations:
         return self.settings.request_timeout_s
 
     async def claims(self) -> list[Obj]:
-        selector = f"{LABEL_DISK} in ({','.join(DISK_KINDS)})"
         listed = await gateway.list_pvcs(
-            self.api, self.settings.namespace, selector, request_timeout=self._rt
+            self.api, self.settings.namespace, DISK_SELECTOR, request_timeout=self._rt
         )
         return sorted(listed["items"], key=lambda c: c["metadata"]["name"])
 
@@ -324,8 +324,14 @@ class DiskOperations:
             return None
 
     async def restore(self, caller: Obj, name: str, snapshot: str) -> Obj:
-        self.require_admin(caller, "restoring a disk")
-        claim = await self.claim(name)
+        claim = await self.readable_claim(caller, name)  # 404/403 before anything is written
+        who, service = owner(claim)[0], self.settings.service_name
+        if not access.may_restore(caller, who, service=service):
+            raise ServiceError(
+                403,
+                f"restoring {who}'s disk needs admin:servers or {who}'s own servers scope; "
+                f"{access.who(caller)} lacks both",
+            )
         source = await self._read_snapshot(snapshot)
         verdict = decide_restore(claim, source, users=await self._users(name))
         if not verdict.allowed:
