@@ -38,6 +38,7 @@ from ..serving import (
 from . import access, transfer
 from .metrics import DiskMetrics, VolumeStats
 from .operations import DiskOperations, Settings
+from .page import SnapshotPageHandler, environment
 from .scheduling import SnapshotWorker
 
 log = logging.getLogger("gpuworkspace.disks")
@@ -231,6 +232,11 @@ def make_app(
         (url_path_join(api, rf"disks/{claim}/restore"), RestoreHandler, common),
         (url_path_join(api, rf"disks/{claim}/reclaim"), ReclaimHandler, common),
         (url_path_join(api, rf"disks/{claim}/transfer"), TransferHandler, common),
+        (
+            url_path_join(prefix, "snapshots"),
+            SnapshotPageHandler,
+            common | {"prefix": prefix, "templates": environment()},
+        ),
         (
             url_path_join(prefix, "metrics"),
             MetricsHandler,
