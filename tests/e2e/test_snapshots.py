@@ -142,7 +142,11 @@ def test_alice_restores_her_scheduled_snapshot_and_bob_cannot_touch_it(
     def pruned() -> bool:
         return any(e["reason"] == "WorkspaceDiskSnapshotPruned" for e in claim_events(stack, CLAIM))
 
-    wait_for(pruned, 150, "a scheduled snapshot pruned beyond keep 3")
+    try:
+        wait_for(pruned, 150, "a scheduled snapshot pruned beyond keep 3")
+    except TimeoutError as exc:
+        listed = [(s["name"], s["kind"], s["readyToUse"], s["message"]) for s in snapshots(base, alice)]
+        raise AssertionError(f"{exc}; snapshots: {listed}") from None
     kinds = [s["kind"] for s in snapshots(base, alice)]
     assert kinds.count("pre-restore") == 2, kinds  # one per restore, never pruned
     assert kinds.count("scheduled") <= 4, kinds  # 3 kept (+1 being taken)
@@ -184,12 +188,23 @@ def restore_on_page(stack: HubStack, browser: Any, snapshot: str) -> str:
         context.close()
 
 
-def test_a_disk_not_kept_is_reclaimed_when_its_server_is_deleted(stack: HubStack, cleanup: None) -> None:
+def test_a_disk_not_kept_is_reclaimed_when_its_server_is_deleted(
+    stack: HubStack, disks: tuple[str, float], cleanup: None
+) -> None:
+    base, _ = disks
     claim = f"home-{OTHER}--{SERVER}"
     start(stack, OTHER, SERVER, {"profile": "e2e-no-keep"})
     annotations = get_json(stack, "pvc", claim)["metadata"]["annotations"]
     assert annotations["gpuworkspace.dev/keep-on-delete"] == "false", annotations
     stack.hub.stop_server(OTHER, SERVER)
+
+    # alice cannot list or restore bob's disk either: 403, and the claim is untouched
+    alice, before = user_token(stack, USER), get_json(stack, "pvc", claim)["metadata"]
+    assert call(base, alice, "GET", f"api/v1/disks/{claim}/snapshots")[0] == 403
+    status, body = call(base, alice, "POST", f"api/v1/disks/{claim}/restore", {"snapshot": f"{claim}-x"})
+    assert status == 403 and "alice" in body["message"], body
+    after = get_json(stack, "pvc", claim)["metadata"]
+    assert (after["uid"], after["resourceVersion"]) == (before["uid"], before["resourceVersion"])
     assert stack.hub.api("DELETE", f"/users/{OTHER}/servers/{SERVER}", {"remove": True})[0] in (202, 204)
     gone = lambda: kubectl(stack, "get", "pvc", claim, check=False).returncode != 0  # noqa: E731
     wait_for(gone, 60, "the reclaimer to delete the disk that is not kept")

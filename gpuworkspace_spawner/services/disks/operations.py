@@ -271,7 +271,7 @@ class DiskOperations:
         ]
 
     async def _take_snapshot(
-        self, caller: Obj, claim: Obj, name: str, kind: SnapshotKind
+        self, caller: Obj, claim: Obj, name: str, kind: SnapshotKind, timeout_s: float | None = None
     ) -> tuple[Obj, bool]:
         body = build_snapshot(
             claim, name=name, kind=kind, by=access.who(caller), snapshot_class=self.settings.snapshot_class
@@ -289,7 +289,7 @@ class DiskOperations:
                     self.settings.namespace,
                     name,
                     lambda s: s is None or snapshot_progress(s)[0] == "ready",
-                    timeout_s=self.settings.snapshot_timeout_s,
+                    timeout_s=self.settings.snapshot_timeout_s if timeout_s is None else timeout_s,
                     request_timeout=self._rt,
                 )
                 or snap

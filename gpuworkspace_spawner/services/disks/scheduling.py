@@ -73,15 +73,19 @@ class SnapshotWorker:
         """Take one scheduled snapshot of ``claim``; prune only once it is ready. Never raises."""
         name = str(claim["metadata"]["name"])
         snap_name = snapshot_name(name, now, SNAPSHOT_SCHEDULED)
+        schedule = snapshot_schedule_of_disk(claim).schedule
+        # never wait past the next one's due time: one slow snapshot must not hold the other disks back
+        wait_s = min(self.ops.settings.snapshot_timeout_s, schedule.every_s if schedule else RETRY_S)
         try:
-            snap, ready = await self.ops._take_snapshot(self.caller, claim, snap_name, SNAPSHOT_SCHEDULED)
+            snap, ready = await self.ops._take_snapshot(
+                self.caller, claim, snap_name, SNAPSHOT_SCHEDULED, timeout_s=wait_s
+            )
         except (ServiceError, KubernetesError) as exc:
             await self._failed(claim, snap_name, f"could not be created: {exc}")
             return False
         if not ready:
             await self._failed(claim, snap_name, f"was not ready in time: {snapshot_progress(snap)[1]}")
             return False
-        schedule = snapshot_schedule_of_disk(claim).schedule
         if schedule is not None:
             for prune in decide_prune(name, [*snapshots, snap], keep=schedule.keep):
                 await self._prune(claim, [*snapshots, snap], prune.name, prune.reason)
@@ -118,4 +122,7 @@ class SnapshotWorker:
                 )
             except KubernetesError as exc:
                 log.warning("Snapshot schedule pass failed (%s); retrying in %.0fs", exc, RETRY_S)
+                await asyncio.sleep(RETRY_S)
+            except Exception:  # a background task that died would stop every schedule, silently
+                log.exception("Snapshot schedule pass failed; retrying in %.0fs", RETRY_S)
                 await asyncio.sleep(RETRY_S)

@@ -51,9 +51,10 @@ class FakeOps:
         self.audits: list[tuple[str, str]] = []
 
     async def _take_snapshot(
-        self, caller: Any, claim: Any, name: str, kind: str
+        self, caller: Any, claim: Any, name: str, kind: str, timeout_s: float | None = None
     ) -> tuple[dict[str, Any], bool]:
         assert caller == {"kind": "service", "name": "gpuworkspace-disks"} and kind == "scheduled"
+        assert timeout_s == 60  # the schedule's interval: below the service's 300 s snapshot timeout
         if isinstance(self.outcome, BaseException):
             raise self.outcome
         return snap(name, 0, ready=self.outcome), self.outcome
