@@ -169,13 +169,16 @@ def retained_until(stack: HubStack, claim: str) -> float | None:
 
 
 def restore_on_page(stack: HubStack, browser: Any, snapshot: str) -> str:
-    """Log alice in, open the disk service's snapshot page, press Restore on ``snapshot``; the page's answer."""
+    """Log alice in, follow the home page's link to the disk service's snapshot page, press Restore on
+    ``snapshot``; the page's answer."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(60_000)
     try:
         oidc_login(page, stack, USER)
-        page.goto(f"{stack.url}{PREFIX}snapshots")
+        page.goto(f"{stack.url}/hub/home")
+        page.locator("#gpuws-snapshots-nav").click()  # the home page's link to the page
+        page.wait_for_url(f"{stack.url}{PREFIX}snapshots*")
         row = page.locator(f'section[data-claim="{CLAIM}"] tr.snapshot[data-name="{snapshot}"]')
         row.wait_for()
         assert (
