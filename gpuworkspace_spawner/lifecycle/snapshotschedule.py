@@ -27,8 +27,9 @@ DueAction = Literal["snapshot", "wait", "skip", "invalid"]
 
 @dataclass(frozen=True)
 class DueVerdict:
-    """``snapshot`` now, ``wait`` until ``due_at``, ``skip`` (no schedule, not snapshottable now) or
-    ``invalid`` (a malformed schedule: reported)."""
+    """``snapshot`` now (``due_at``: when the next one is due, once this one is taken), ``wait`` until
+    ``due_at``, ``skip`` (no schedule, not snapshottable now) or ``invalid`` (a malformed schedule:
+    reported)."""
 
     action: DueAction
     reason: str
@@ -81,14 +82,16 @@ def decide_snapshot_due(
     times = [t for t in (taken_at(s) for s in _scheduled(name, snapshots)) if t is not None]
     pending = [s for s in _scheduled(name, snapshots) if snapshot_progress(s)[0] != "ready" and not failed(s)]
     if not times:
-        return DueVerdict("snapshot", f"claim {name} has no scheduled snapshot yet")
+        return DueVerdict("snapshot", f"claim {name} has no scheduled snapshot yet", now + every)
     due = max(times) + every
     if pending:
         names = ", ".join(sorted(str(_meta(s).get("name")) for s in pending))
         recheck = max(due, now + PENDING_RECHECK)  # a snapshot left pending (by a restart): look again later
         return DueVerdict("wait", f"claim {name}: scheduled snapshot {names} is not ready yet", recheck)
     if now >= due:
-        return DueVerdict("snapshot", f"claim {name}: the last scheduled snapshot is {every} old or more")
+        return DueVerdict(
+            "snapshot", f"claim {name}: the last scheduled snapshot is {every} old or more", now + every
+        )
     return DueVerdict("wait", f"claim {name}: next scheduled snapshot due at {due:%Y-%m-%dT%H:%M:%SZ}", due)
 
 
@@ -123,8 +126,9 @@ def decide_prune(claim_name: str, snapshots: Sequence[Mapping[str, Any]], *, kee
 
 
 def next_wake(verdicts: Sequence[DueVerdict], now: datetime, *, at_most_s: float) -> float:
-    """Seconds until the earliest ``wait`` verdict is due (at least 1, at most ``at_most_s``)."""
-    due = [v.due_at for v in verdicts if v.action == "wait" and v.due_at is not None]
+    """Seconds until the earliest disk is due again (at least 1, at most ``at_most_s``): a ``wait``
+    verdict's time, or the next time of a disk snapshotted in this pass."""
+    due = [v.due_at for v in verdicts if v.action in ("wait", "snapshot") and v.due_at is not None]
     if not due:
         return at_most_s
     return max(1.0, min(at_most_s, (min(due) - now).total_seconds()))

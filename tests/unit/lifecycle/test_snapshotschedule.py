@@ -116,6 +116,10 @@ def test_the_next_wake_is_the_earliest_due_disk() -> None:
     ]
     assert next_wake(verdicts, NOW, at_most_s=3600) == 600
     assert next_wake(verdicts[2:], NOW, at_most_s=300) == 300
+    # a disk snapshotted in this pass is due again one interval later: the worker wakes for it
+    taken_now = decide_snapshot_due(disk(every="120"), [], now=NOW)
+    assert taken_now.action == "snapshot"
+    assert next_wake([taken_now, verdicts[2]], NOW, at_most_s=3600) == 120
     pending = decide_snapshot_due(disk(every="60"), [snap("s1", 5, ready=False)], now=NOW)
     assert next_wake([pending], NOW, at_most_s=3600) == 30  # rechecked, not hammered every second
 
