@@ -37,6 +37,8 @@ Action = Literal[
     "disk-restored",
     "disk-restore-failed",
     "disk-operation-refused",
+    "disk-snapshot-failed",  # a scheduled snapshot was not ready (services/disks/scheduling.py)
+    "disk-snapshot-pruned",  # a scheduled snapshot beyond the profile's keep-count was deleted
     "disk-transferred",  # an admin gave a disk to another owner (lifecycle/ownership.py)
     # the idle culler (services/culler): staged warnings before a stop ("workspace-stopped" above)
     "workspace-cull-warned",
@@ -68,6 +70,8 @@ _REASONS: dict[str, str] = {
     "disk-restored": "WorkspaceDiskRestored",
     "disk-restore-failed": "WorkspaceDiskRestoreFailed",
     "disk-operation-refused": "WorkspaceDiskOperationRefused",
+    "disk-snapshot-failed": "WorkspaceDiskSnapshotFailed",
+    "disk-snapshot-pruned": "WorkspaceDiskSnapshotPruned",
     "disk-transferred": "WorkspaceDiskTransferred",
     "workspace-cull-warned": "WorkspaceCullWarned",
     "workspace-cull-warnings-withdrawn": "WorkspaceCullWarningsWithdrawn",
@@ -79,6 +83,7 @@ _WARNINGS = {
     "duplicate-pod-removed",
     "disk-restore-failed",
     "disk-operation-refused",
+    "disk-snapshot-failed",
 }
 
 

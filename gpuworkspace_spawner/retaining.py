@@ -17,8 +17,11 @@ from typing import Any
 
 from .k8s import NotFound, custom, gateway
 from .k8s.custom import DATA_VOLUMES, VIRTUAL_MACHINES
+from .lifecycle.diskpolicy import retention_of_disk
+from .lifecycle.retention import retain_until
 from .lifecycle.serverdisks import ServerDisk, decide_server_disks, disks_to_retain, owns_a_vm_disk
 from .manifests.names import DISK_HOME, DISK_ROOT, LABEL_DISK
+from .manifests.pvc import build_retain_patch
 from .manifests.vm import vm_names
 
 
@@ -26,8 +29,11 @@ def _selector(labels: dict[str, str], disk: str) -> str:
     return ",".join([*(f"{k}={v}" for k, v in sorted(labels.items())), f"{LABEL_DISK}={disk}"])
 
 
-async def find_server_disks(spawner: Any, *, home_shared: bool) -> list[ServerDisk]:
-    """What deleting ``spawner``'s server does with each disk found for it (decided from the objects)."""
+async def find_server_disks(
+    spawner: Any, *, home_shared: bool
+) -> tuple[list[ServerDisk], dict[tuple[str, str], dict[str, Any]]]:
+    """What deleting ``spawner``'s server does with each disk found for it (decided from the objects),
+    and the objects read, by (kind, name)."""
     identity, timeout = spawner._identity(), spawner.k8s_api_request_timeout
     claims = await gateway.list_pvcs(
         spawner.api,
@@ -42,9 +48,13 @@ async def find_server_disks(spawner: Any, *, home_shared: bool) -> list[ServerDi
         label_selector=_selector(identity.selector_labels, DISK_ROOT),
         request_timeout=timeout,
     )
-    return decide_server_disks(
-        identity, claims=claims.get("items") or [], data_volumes=data_volumes, home_shared=home_shared
+    items = claims.get("items") or []
+    objects = {("PersistentVolumeClaim", c["metadata"]["name"]): c for c in items}
+    objects |= {("DataVolume", dv["metadata"]["name"]): dv for dv in data_volumes}
+    decisions = decide_server_disks(
+        identity, claims=items, data_volumes=data_volumes, home_shared=home_shared
     )
+    return decisions, objects
 
 
 async def _retain(spawner: Any, disk: ServerDisk, patch: dict[str, Any]) -> dict[str, Any] | None:
@@ -77,26 +87,30 @@ async def _delete_vm_compute(spawner: Any) -> None:
 
 
 async def retain_server_disks(
-    spawner: Any, patch: dict[str, Any], until: datetime, *, home_shared: bool, vm: bool
+    spawner: Any, now: datetime, why: str, *, hub_days: float, home_shared: bool, vm: bool
 ) -> list[ServerDisk]:
-    """Retain every disk of ``spawner``'s server until ``until``; the disks retained now.
+    """Retain every disk of ``spawner``'s server, each for the retention stamped on it at its last start
+    (the profile's) or the hub's ``hub_days``; the disks retained now.
 
     ``vm``: the server last ran as a VM (its VM objects are deleted even when no root disk is found)."""
-    decisions = await find_server_disks(spawner, home_shared=home_shared)
+    decisions, objects = await find_server_disks(spawner, home_shared=home_shared)
     for skipped in (d for d in decisions if d.action == "skip"):
         spawner.log.info(
             "Not retaining %s %s for %s: %s", skipped.kind, skipped.name, spawner._log_name, skipped.reason
         )
     retained = []
     for disk in disks_to_retain(decisions):
-        obj = await _retain(spawner, disk, patch)
+        retention = retention_of_disk(objects.get((disk.kind, disk.name)), hub_days)
+        spawner.log.info("Retention of %s %s: %s", disk.kind, disk.name, retention.reason)
+        until = retain_until(now, retention.period)
+        obj = await _retain(spawner, disk, build_retain_patch(retain_until=until, now=now, why=why))
         if obj is None:
             spawner.log.info("%s %s of %s was deleted meanwhile", disk.kind, disk.name, spawner._log_name)
         else:
-            retained.append((disk, obj))
+            retained.append((disk, obj, until))
     if vm or owns_a_vm_disk(decisions):
         await _delete_vm_compute(spawner)
-    for disk, obj in retained:
+    for disk, obj, until in retained:
         what = "Root disk" if disk.disk == DISK_ROOT else "Home disk"
         message = f"{what} retained until {until:%Y-%m-%d %H:%M:%S} UTC"
         if disk.disk == DISK_ROOT:
@@ -104,4 +118,4 @@ async def retain_server_disks(
         await spawner._audit("disk-retained", disk.kind, disk.name, message, obj)
     if not retained:
         spawner.log.info("No disk of %s to retain", spawner._log_name)
-    return [disk for disk, _ in retained]
+    return [disk for disk, _, _ in retained]

@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import socket
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -37,10 +37,16 @@ from .k8s import Conflict, Forbidden, KubernetesError, NotFound, Unavailable, cu
 from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VM_INSTANCES, ClusterWatch
 from .k8s.errors import as_kubernetes_error, map_api_exception
 from .k8s.reflectors import ClaimReflector, retrying
+from .lifecycle.diskpolicy import (
+    build_policy_annotations,
+    build_policy_patch,
+    decide_retention,
+    with_policy,
+)
 from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
 from .lifecycle.ownership import choose_home_claim
-from .lifecycle.retention import decide_home_disk, retain_until
+from .lifecycle.retention import decide_home_disk
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
 from .lifecycle.state import derive_state, to_json
 from .limiting import new_disk_guard
@@ -54,7 +60,7 @@ from .manifests.names import (
 )
 from .manifests.pod import build_workspace_pod
 from .manifests.provenance import build_start_details, decide_team
-from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
+from .manifests.pvc import build_adopt_patch, build_home_pvc
 from .manifests.vm import vm_names
 from .probecredentials import STATE_KEY as PROBE_STATE_KEY
 from .probecredentials import issue_probe_token, probe_token_from_state, revoke_probe_tokens
@@ -94,6 +100,11 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         ``delete_forever`` labels the claim ``gpuworkspace.dev/disk-state=retained`` with a
         ``gpuworkspace.dev/retain-until`` annotation instead of deleting it; starting a server with the
         same name within this period re-adopts the disk.
+
+        The default for profiles without ``storage.home.retention``; a profile's ``retention.days`` or
+        ``retention.keepOnDelete: false`` takes precedence. The effective value is stamped on the disk
+        at each start (``gpuworkspace.dev/retention-days``), and a deletion honours that stamp
+        (docs/how-to/retention-and-reclaim.md).
         """,
     ).tag(config=True)
 
@@ -552,9 +563,14 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         ws = self._context()
         claim = self._claim()
         request_timeout = self.k8s_api_request_timeout
+        home = ws.profile.storage.home
+        policy = build_policy_annotations(
+            decide_retention(home.retention, self.retention_days), home.snapshots
+        )
         for _ in range(3):
             verdict = decide_home_disk(claim, ws.identity)
             if verdict.action == "use":
+                await self._stamp_policy(claim, policy)
                 break
             if verdict.action == "refuse":
                 await self._audit("disk-refused", "PersistentVolumeClaim", self.pvc_name, verdict.reason)
@@ -562,14 +578,15 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             try:
                 if verdict.action == "create":
                     async with new_disk_guard(self, "PersistentVolumeClaim", self.pvc_name):
+                        body = with_policy(build_home_pvc(ws), policy, patch=False)
                         claim = await gateway.create_pvc(
-                            self.api, self.namespace, build_home_pvc(ws), request_timeout=request_timeout
+                            self.api, self.namespace, body, request_timeout=request_timeout
                         )
                     await self._audit(
                         "disk-created", "PersistentVolumeClaim", self.pvc_name, verdict.reason, claim
                     )
                 else:
-                    patch = build_adopt_patch(ws)
+                    patch = with_policy(build_adopt_patch(ws), policy, patch=True)
                     claim = await gateway.patch_pvc(
                         self.api, self.namespace, self.pvc_name, patch, request_timeout=request_timeout
                     )
@@ -587,6 +604,14 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
                 reason = "quota" if exc.quota_exceeded else "disk"
                 raise SpawnException(f"Cannot create your home disk: {exc.message}", reason=reason) from exc
         self._pvc_exists = True
+
+    async def _stamp_policy(self, claim: dict[str, Any] | None, policy: dict[str, str | None]) -> None:
+        """Bring the retention and snapshot schedule on a disk in use up to date with this start's profile."""
+        patch = build_policy_patch(claim or {}, policy)
+        if claim is not None and patch is not None:
+            await gateway.patch_pvc(
+                self.api, self.namespace, self.pvc_name, patch, request_timeout=self.k8s_api_request_timeout
+            )
 
     async def _remove_duplicate_pods(self) -> None:
         """At most one active pod per user workspace, also for pods a previous hub left behind."""
@@ -643,12 +668,11 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         """Retain every disk the server owns (never delete one): the reclaimer deletes them once retention
         ends. A server that ran as a container and as a VM has two (:mod:`.retaining`)."""
         now = datetime.now(UTC)
-        until = retain_until(now, timedelta(days=self.retention_days))
-        patch = build_retain_patch(
-            retain_until=until, now=now, why="server-deleted" if self.name else "user-deleted"
-        )
+        why = "server-deleted" if self.name else "user-deleted"
         shared = bool(self.name) and "{user_server}" not in self.pvc_name_template
-        await retain_server_disks(self, patch, until, home_shared=shared, vm=self.runtime == "vm")
+        await retain_server_disks(
+            self, now, why, hub_days=self.retention_days, home_shared=shared, vm=self.runtime == "vm"
+        )
 
     @property
     def workspace_status(self) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from .model import (
     Access,
     GpuMode,
     HomeAccessMode,
+    HomeRetention,
     HomeStorage,
     Ide,
     IdeChoice,
@@ -24,6 +25,7 @@ from .model import (
     Security,
     Session,
     SharedMount,
+    SnapshotSchedule,
     Storage,
     VmGpu,
     VmSpec,
@@ -96,6 +98,8 @@ def _storage(spec: Mapping[str, Any]) -> Storage:
             mount_path=home.get("mountPath", defaults.mount_path),
             access_mode=cast(HomeAccessMode, home.get("accessMode", defaults.access_mode)),
             max_size=quantity_text(home["maxSize"]) if "maxSize" in home else None,
+            snapshots=_snapshots(home.get("snapshots")),
+            retention=_retention(home.get("retention")),
         ),
         scratch=ScratchStorage(
             size_limit=quantity_text(scratch["sizeLimit"]) if "sizeLimit" in scratch else None,
@@ -109,6 +113,21 @@ def _storage(spec: Mapping[str, Any]) -> Storage:
         team_directories=tuple(
             _shared(team["name"], team, team["mountPath"]) for team in spec.get("teamDirectories", [])
         ),
+    )
+
+
+def _snapshots(spec: Mapping[str, Any] | None) -> SnapshotSchedule | None:
+    if spec is None:
+        return None
+    return SnapshotSchedule(every_s=parse_duration(spec["every"]), keep=int(spec["keep"]))
+
+
+def _retention(spec: Mapping[str, Any] | None) -> HomeRetention | None:
+    if spec is None:
+        return None
+    days = spec.get("days")
+    return HomeRetention(
+        days=float(days) if days is not None else None, keep_on_delete=spec.get("keepOnDelete", True)
     )
 
 

@@ -278,9 +278,34 @@ def check_durations(spec: Mapping[str, Any], settings: CatalogSettings) -> Itera
         (f"spec.session.{key}", session[key]) for key in ("idleTimeout", "maxDuration") if key in session
     ]
     named += [(f"spec.session.warnings[{i}]", text) for i, text in enumerate(session.get("warnings", []))]
+    snapshots = spec.get("storage", {}).get("home", {}).get("snapshots", {})
+    if "every" in snapshots:
+        named.append(("spec.storage.home.snapshots.every", snapshots["every"]))
     for field, text in named:
         if _seconds(text) is None:
             yield field, f"{text!r} is not a duration like 90m, 12h, 1h30m, 45s or 2d (and not zero)"
+
+
+MIN_SNAPSHOT_INTERVAL_S = 10
+
+
+def check_home_policies(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
+    """Snapshot schedule and retention of the home disk: values that could only be mistakes."""
+    home = spec.get("storage", {}).get("home", {})
+    every = home.get("snapshots", {}).get("every")
+    seconds = _seconds(every) if isinstance(every, str) else None
+    if seconds is not None and seconds < MIN_SNAPSHOT_INTERVAL_S:
+        yield (
+            "spec.storage.home.snapshots.every",
+            f"{every!r} is shorter than {MIN_SNAPSHOT_INTERVAL_S}s; a snapshot takes longer than that",
+        )
+    retention = home.get("retention", {})
+    if retention.get("keepOnDelete") is False and retention.get("days"):
+        yield (
+            "spec.storage.home.retention.days",
+            f"{retention['days']!r} days has no effect: keepOnDelete is false, so the disk is reclaimed "
+            "when the server is deleted; remove days or set keepOnDelete: true",
+        )
 
 
 def check_session(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
@@ -449,6 +474,7 @@ CHECKS: tuple[Callable[[Mapping[str, Any], CatalogSettings], Iterator[Finding]],
     check_mounts,
     check_sizes,
     check_durations,
+    check_home_policies,
     check_session,
     check_ide,
     check_vm_fields,

@@ -62,6 +62,24 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class SnapshotSchedule:
+    """``storage.home.snapshots``: the disk service takes a VolumeSnapshot every ``every_s`` seconds and
+    keeps the newest ``keep`` of those it took (manual and safety snapshots are never pruned)."""
+
+    every_s: int
+    keep: int
+
+
+@dataclass(frozen=True)
+class HomeRetention:
+    """``storage.home.retention``: how long a deleted server's home disk is kept (None: the hub's
+    ``retention_days``), or ``keep_on_delete=False``: reclaimed as soon as the server is deleted."""
+
+    days: float | None = None
+    keep_on_delete: bool = True
+
+
+@dataclass(frozen=True)
 class HomeStorage:
     """The personal RBD disk: retained across stops and server deletion (until retention ends)."""
 
@@ -70,6 +88,8 @@ class HomeStorage:
     mount_path: str = "/home/jovyan"
     access_mode: HomeAccessMode = "ReadWriteOnce"
     max_size: str | None = None  # the most an admin may resize the disk to; None: no limit set
+    snapshots: SnapshotSchedule | None = None  # None: no scheduled snapshots
+    retention: HomeRetention | None = None  # None: the hub's global retention setting
 
 
 @dataclass(frozen=True)

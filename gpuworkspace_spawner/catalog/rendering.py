@@ -76,9 +76,25 @@ def _resources(profile: WorkspaceProfile) -> str:
 
 def _kept(profile: WorkspaceProfile) -> str:
     home = profile.storage.home
+    where = f"your home directory <code>{_text(home.mount_path)}</code> ({_text(home.size)})"
+    retention = home.retention
+    if retention is not None and not retention.keep_on_delete:
+        return f"{where} survives stopping the workspace; deleting the server deletes it"
+    if retention is not None and retention.days is not None:
+        return (
+            f"{where} survives stopping the workspace, and is kept {_text(f'{retention.days:g}')} "
+            "day(s) after the server is deleted"
+        )
+    return f"{where} survives stopping the workspace and deleting the server, until the retention period ends"
+
+
+def _snapshots(profile: WorkspaceProfile) -> str | None:
+    schedule = profile.storage.home.snapshots
+    if schedule is None:
+        return None
     return (
-        f"your home directory <code>{_text(home.mount_path)}</code> ({_text(home.size)}) survives stopping "
-        "the workspace and deleting the server, until the retention period ends"
+        f"your home disk is snapshotted every {format_duration(schedule.every_s)}; the newest "
+        f"{schedule.keep} are kept, and you can restore one yourself while the workspace is stopped"
     )
 
 
@@ -186,6 +202,9 @@ def build_card(profile: WorkspaceProfile) -> str:
         lines.append(_line("GPU", _text(describe_gpu_mode(profile.placement.gpu_mode))))
         lines.append(_line("Resources", _resources(profile)))
         lines.append(_line("Kept", _kept(profile)))
+        snapshots = _snapshots(profile)
+        if snapshots:
+            lines.append(_line("Snapshots", snapshots))
         lines.append(_line("Wiped", _wiped(profile)))
     shared = _shared(profile)
     if shared:

@@ -126,6 +126,16 @@ STORAGE: dict[str, Any] = _obj(
                 "mountPath": MOUNT_PATH,
                 "accessMode": {"enum": ["ReadWriteOnce", "ReadWriteOncePod"]},
                 "maxSize": QUANTITY,
+                "snapshots": _obj(
+                    {"every": DURATION, "keep": {"type": "integer", "minimum": 1, "maximum": 100}},
+                    required=("every", "keep"),
+                ),
+                "retention": _obj(
+                    {
+                        "days": {"type": ["integer", "number"], "minimum": 0, "maximum": 3650},
+                        "keepOnDelete": {"type": "boolean"},
+                    }
+                ),
             }
         ),
         "scratch": _obj(

@@ -70,6 +70,23 @@ async def list_snapshots(api: Api, namespace: str, label_selector: str, *, reque
     )
 
 
+async def delete_snapshot(api: Api, namespace: str, name: str, *, uid: str, request_timeout: float) -> Obj:
+    """Delete exactly the snapshot that was decided on (uid precondition): a new one of the same name stays."""
+    group, version, plural = SNAPSHOTS
+    return await _json(
+        custom_api(api).delete_namespaced_custom_object(
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            body={"preconditions": {"uid": uid}},
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
+
+
 # ------------------------------------------------------------------------------ other reads
 @retry_unavailable
 async def list_vmis(api: Api, namespace: str, *, request_timeout: float) -> list[Obj]:

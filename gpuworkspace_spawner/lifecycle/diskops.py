@@ -31,14 +31,15 @@ from gpuworkspace_spawner.manifests.pvc import format_time
 DISK_ROOT = "root"  # a VM's root disk (CDI DataVolume → claim of the same name)
 DISK_KINDS = (DISK_HOME, DISK_ROOT)
 LABEL_SNAPSHOT_OF = "gpuworkspace.dev/snapshot-of"  # the claim a VolumeSnapshot was taken of
-LABEL_SNAPSHOT_KIND = "gpuworkspace.dev/snapshot-kind"  # manual | pre-restore
+LABEL_SNAPSHOT_KIND = "gpuworkspace.dev/snapshot-kind"  # manual | pre-restore | scheduled
 ANN_SNAPSHOT_BY = "gpuworkspace.dev/snapshot-by"  # the hub user who asked for it
 ANN_RESTORED_FROM = "gpuworkspace.dev/restored-from"  # the VolumeSnapshot a claim was restored from
 ANN_RESTORED_AT = "gpuworkspace.dev/restored-at"
 ANN_RESTORED_BY = "gpuworkspace.dev/restored-by"
-SnapshotKind = Literal["manual", "pre-restore"]
+SnapshotKind = Literal["manual", "pre-restore", "scheduled"]
 SNAPSHOT_MANUAL: SnapshotKind = "manual"
 SNAPSHOT_SAFETY: SnapshotKind = "pre-restore"
+SNAPSHOT_SCHEDULED: SnapshotKind = "scheduled"  # taken by the disk service on the profile's schedule
 SNAPSHOT_API_VERSION = "snapshot.storage.k8s.io/v1"
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 DEFAULT_MAX_FACTOR = 4  # no max configured: an admin may grow a disk up to 4x the profile's size

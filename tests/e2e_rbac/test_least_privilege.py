@@ -121,9 +121,29 @@ def disk_service_paths(stack: HubStack, user: str, server: str, claim: str) -> N
     status, snap = service(stack, "POST", DISKS + f"api/v1/disks/{claim}/snapshots", {"name": f"{claim}-s"})
     assert status == 201 and snap["readyToUse"], snap
     assert service(stack, "GET", DISKS + f"api/v1/disks/{claim}/snapshots")[0] == 200
+    scheduled_snapshots_pruned(stack, claim)
     stack.hub.stop_server(user, server)
     status, body = service(stack, "POST", DISKS + f"api/v1/disks/{claim}/restore", {"snapshot": snap["name"]})
     assert status == 200, body
+
+
+def scheduled_snapshots_pruned(stack: HubStack, claim: str) -> None:
+    """The snapshot worker's path: a schedule on the disk (as a profile's storage.home.snapshots stamps
+    it, here every 10 s, keep 1) until it deletes a scheduled snapshot beyond the keep-count."""
+    every, keep = "gpuworkspace.dev/snapshot-every", "gpuworkspace.dev/snapshot-keep"
+    k(stack, "annotate", "--overwrite", "pvc", claim, f"{every}=10", f"{keep}=1")
+
+    def pruned() -> bool:
+        events = get_json(stack, "events")["items"]
+        return any(
+            e["reason"] == "WorkspaceDiskSnapshotPruned" and e["involvedObject"]["name"] == claim
+            for e in events
+        )
+
+    try:
+        wait_for(pruned, 60, "the snapshot worker to prune a scheduled snapshot")
+    finally:
+        k(stack, "annotate", "pvc", claim, f"{every}-", f"{keep}-")
 
 
 def vm_paths(stack: HubStack, user: str, server: str) -> None:

@@ -4,7 +4,10 @@ The model is what ``GET /hub/api/user`` answers for the token (HubAuth): ``name`
 token's expanded ``scopes``. Permissions are the token's scopes, never the account's, so a token created
 with fewer scopes gets fewer rights:
 
-- admin operations (resize, snapshot, restore, reclaim, every workspace): ``admin:servers``;
+- admin operations (resize, snapshot, reclaim, every workspace): ``admin:servers``;
+- restoring a disk from one of its snapshots: ``admin:servers``, or the owner's ``servers`` scope for
+  themselves (every user's own API tokens have it), or the owner's OAuth login to this service (the
+  page; its form carries an XSRF token);
 - reading a user's workspaces and snapshots: ``read:servers`` for that user (every user's own API
   tokens have it for themselves), or, for the user themselves, the OAuth token this service obtained
   in a browser (``access:services!service=<this service>``).
@@ -35,6 +38,19 @@ def may_read(model: Mapping[str, Any], user: str, *, service: str) -> bool:
         return False
     scopes = _scopes(model)
     if check_scopes({f"read:servers!user={user}"}, scopes):
+        return True
+    own = model.get("kind", "user") == "user" and model.get("name") == user
+    return own and bool(check_scopes({f"access:services!service={service}"}, scopes))
+
+
+def may_restore(model: Mapping[str, Any], user: str, *, service: str) -> bool:
+    """Whether the caller may restore ``user``'s disks: an admin, or ``user`` themselves (see above)."""
+    if is_admin(model):
+        return True
+    if not user:
+        return False
+    scopes = _scopes(model)
+    if check_scopes({f"servers!user={user}"}, scopes):
         return True
     own = model.get("kind", "user") == "user" and model.get("name") == user
     return own and bool(check_scopes({f"access:services!service={service}"}, scopes))

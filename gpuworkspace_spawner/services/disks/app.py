@@ -38,6 +38,8 @@ from ..serving import (
 from . import access, transfer
 from .metrics import DiskMetrics, VolumeStats
 from .operations import DiskOperations, Settings
+from .page import SnapshotPageHandler, environment
+from .scheduling import SnapshotWorker
 
 log = logging.getLogger("gpuworkspace.disks")
 MAX_BODY = 16 * 1024
@@ -231,6 +233,11 @@ def make_app(
         (url_path_join(api, rf"disks/{claim}/reclaim"), ReclaimHandler, common),
         (url_path_join(api, rf"disks/{claim}/transfer"), TransferHandler, common),
         (
+            url_path_join(prefix, "snapshots"),
+            SnapshotPageHandler,
+            common | {"prefix": prefix, "templates": environment()},
+        ),
+        (
             url_path_join(prefix, "metrics"),
             MetricsHandler,
             common | {"registry": registry, "collector": collector, "public": metrics_public},
@@ -283,6 +290,19 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=300, help="seconds to wait for a snapshot, a resize or a bind"
     )
     parser.add_argument(
+        "--snapshot-schedules",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="take the scheduled snapshots that profiles ask for (storage.home.snapshots); "
+        "--no-snapshot-schedules where another instance of this service does",
+    )
+    parser.add_argument(
+        "--snapshot-resync",
+        type=float,
+        default=300,
+        help="seconds at most between two passes of the snapshot worker (it also wakes on disk changes)",
+    )
+    parser.add_argument(
         "--listen", default="", help="host:port (default: from JUPYTERHUB_SERVICE_URL, else 127.0.0.1:10101)"
     )
     add_body_limit_argument(parser)
@@ -325,9 +345,15 @@ async def serve(args: argparse.Namespace) -> int:
     server = http_server(app, max_body_bytes=args.max_body_bytes)
     server.listen(port, host)
     log.info("gpuworkspace-disks on http://%s:%s%s (namespace %s)", host, port, prefix, args.namespace)
+    worker = None
+    if args.snapshot_schedules:
+        worker = asyncio.ensure_future(SnapshotWorker(ops, resync_s=args.snapshot_resync).run())
     try:
         await until_stopped()
     finally:
+        if worker is not None:
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
         server.stop()
         await api.api_client.close()
     return 0

@@ -60,6 +60,7 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _STATUS = {"invalid": 400, "conflict": 409}
 DV = ("cdi.kubevirt.io", "v1beta1", "datavolumes")
 VMS = ("kubevirt.io", "v1", "virtualmachines")
+DISK_SELECTOR = f"{LABEL_DISK} in ({','.join(DISK_KINDS)})"  # every workspace disk
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,8 @@ class DiskOperations:
         return self.settings.request_timeout_s
 
     async def claims(self) -> list[Obj]:
-        selector = f"{LABEL_DISK} in ({','.join(DISK_KINDS)})"
         listed = await gateway.list_pvcs(
-            self.api, self.settings.namespace, selector, request_timeout=self._rt
+            self.api, self.settings.namespace, DISK_SELECTOR, request_timeout=self._rt
         )
         return sorted(listed["items"], key=lambda c: c["metadata"]["name"])
 
@@ -272,7 +272,7 @@ class DiskOperations:
         ]
 
     async def _take_snapshot(
-        self, caller: Obj, claim: Obj, name: str, kind: SnapshotKind
+        self, caller: Obj, claim: Obj, name: str, kind: SnapshotKind, timeout_s: float | None = None
     ) -> tuple[Obj, bool]:
         body = build_snapshot(
             claim, name=name, kind=kind, by=access.who(caller), snapshot_class=self.settings.snapshot_class
@@ -290,7 +290,7 @@ class DiskOperations:
                     self.settings.namespace,
                     name,
                     lambda s: s is None or snapshot_progress(s)[0] == "ready",
-                    timeout_s=self.settings.snapshot_timeout_s,
+                    timeout_s=self.settings.snapshot_timeout_s if timeout_s is None else timeout_s,
                     request_timeout=self._rt,
                 )
                 or snap
@@ -325,8 +325,14 @@ class DiskOperations:
             return None
 
     async def restore(self, caller: Obj, name: str, snapshot: str) -> Obj:
-        self.require_admin(caller, "restoring a disk")
-        claim = await self.claim(name)
+        claim = await self.readable_claim(caller, name)  # 404/403 before anything is written
+        who, service = owner(claim)[0], self.settings.service_name
+        if not access.may_restore(caller, who, service=service):
+            raise ServiceError(
+                403,
+                f"restoring {who}'s disk needs admin:servers or {who}'s own servers scope; "
+                f"{access.who(caller)} lacks both",
+            )
         root_refusal = restore_refusal(claim)
         if root_refusal:
             raise await self._refuse(Verdict(False, root_refusal, "conflict"), claim, caller, "restore")
