@@ -18,7 +18,7 @@ import pytest
 
 from .harness import REPO, HubStack, oidc_login, wait_for
 from .test_disk_admin import call, user_token
-from .test_workspace_lifecycle import start, write_file
+from .test_workspace_lifecycle import contents, get_json, start, write_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PREFIX = "/services/gpuworkspace-disks/"
@@ -148,3 +148,27 @@ def test_alice_sees_her_disk_and_the_near_full_warning_and_bob_does_not(
     finally:
         context.close()
     stack.hub.stop_server(USER, SERVER)
+
+
+def test_the_workspace_carries_its_conventions(stack: HubStack) -> None:
+    """Item 6: /workspace on the home disk, the checkpoint target and the quota in the environment,
+    the guide as a read-only README in the home and a login-shell banner, from the profile."""
+    server = "conv"
+    start(stack, USER, server, {"profile": "e2e-disk-view"})
+    try:
+        pod = get_json(stack, "pod", f"jupyter-{USER}--{server}")
+        [notebook] = [c for c in pod["spec"]["containers"] if c["name"] == "notebook"]
+        env = {e["name"]: e.get("value") for e in notebook.get("env") or []}
+        assert env["GPUWS_WORKSPACE"] == "/workspace" and env["GPUWS_HOME_QUOTA"] == "1Gi", env
+        assert env["GPUWS_CHECKPOINTS_URL"] == "s3://e2e-checkpoints/team-ml/", env
+        assert env["GPUWS_README"] == "/home/jovyan/README-WORKSPACE.md", env
+        mounts = {m["mountPath"]: m for m in notebook["volumeMounts"]}
+        assert mounts["/workspace"] == {"name": "home", "mountPath": "/workspace", "subPath": "workspace"}
+        assert mounts["/home/jovyan/README-WORKSPACE.md"]["readOnly"] is True
+        readme = pod["metadata"]["annotations"]["gpuworkspace.dev/readme"]
+        assert "your home disk, 1Gi" in readme and "s3://e2e-checkpoints/team-ml/" in readme, readme
+        # the kubelet made the /workspace directory on the home disk: the user sees it in the home
+        status, listing = contents(stack, USER, server, "workspace")
+        assert status == 200 and listing["type"] == "directory", listing
+    finally:
+        stack.hub.stop_server(USER, server)
