@@ -22,7 +22,8 @@ STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle
 	gpuworkspace_spawner/services/attribution gpuworkspace_spawner/agent \
 	gpuworkspace_spawner/services/culler/model.py gpuworkspace_spawner/services/culler/policy.py \
 	gpuworkspace_spawner/services/culler/precedence.py \
-	gpuworkspace_spawner/services/culler/state.py gpuworkspace_spawner/probecredentials.py
+	gpuworkspace_spawner/services/culler/state.py gpuworkspace_spawner/probecredentials.py \
+	gpuworkspace_spawner/services/disks/owndisks.py
 STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables jsonpath rbac faults resources errors podsecurity,gpuworkspace_spawner/devcluster/$(m).py))
 MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)
 

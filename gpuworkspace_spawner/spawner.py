@@ -50,6 +50,7 @@ from .lifecycle.retention import decide_home_disk
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
 from .lifecycle.state import derive_state, to_json
 from .limiting import new_disk_guard
+from .manifests.conventions import apply_conventions, convention_env
 from .manifests.names import (
     ANN_LAST_NODE,
     DISK_HOME,
@@ -276,7 +277,9 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     async def get_pod_manifest(self) -> Any:
         pod = await super().get_pod_manifest()
-        built = build_workspace_pod(gateway.to_dict(self.api, pod), self._context())
+        ws = self._context()
+        built = build_workspace_pod(gateway.to_dict(self.api, pod), ws)
+        built = apply_conventions(built, ws, retention_days=self.retention_days)
         return gateway.to_model(self.api, built, "V1Pod")
 
     def get_env(self) -> dict[str, str]:
@@ -285,6 +288,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             env["GPUWORKSPACE_PROFILE"] = self._selection.profile.slug
             env["GPUWORKSPACE_CATALOG_VERSION"] = self._catalog_version
             env["GPUWORKSPACE_IDE"] = self._selection.ide
+            env.update(convention_env(self._selection.profile))  # /workspace, /checkpoints, quota
         return env
 
     # --- start ---------------------------------------------------------------------------------

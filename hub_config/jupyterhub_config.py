@@ -22,6 +22,8 @@ GPUWS_SPAWNER          ``gpuworkspace`` (this project's spawner)   ``gpuworkspac
                        or ``kubespawner`` (plain KubeSpawner with
                        an equivalent profile list)
 GPUWS_DISKS_PORT       the disk admin service's port (loopback)    ``10101``
+GPUWS_DISK_WARN_       used share (bytes or inodes) at which the   ``0.9``
+THRESHOLD              home page warns a disk is near full
 GPUWS_ATTRIBUTION_     the GPU attribution service's port          ``10102``
 PORT                   (loopback)
 GPUWS_ATTRIBUTION_     its collection cycle in seconds             ``15``
@@ -346,6 +348,8 @@ def _register_disk_service() -> None:
             "gpu-workspaces",
             "--catalog",
             str(CATALOG),
+            "--warn-threshold",
+            _env("GPUWS_DISK_WARN_THRESHOLD", "0.9"),
         ],
         "environment": _kubeconfig("DISKS"),
         "oauth_no_confirm": True,

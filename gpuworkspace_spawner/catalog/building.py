@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from .model import (
     Access,
+    Checkpoints,
     GpuMode,
     HomeAccessMode,
     HomeRetention,
@@ -113,6 +114,17 @@ def _storage(spec: Mapping[str, Any]) -> Storage:
         team_directories=tuple(
             _shared(team["name"], team, team["mountPath"]) for team in spec.get("teamDirectories", [])
         ),
+        checkpoints=_checkpoints(spec["checkpoints"]) if "checkpoints" in spec else None,
+    )
+
+
+def _checkpoints(spec: Mapping[str, Any]) -> Checkpoints:
+    store = spec.get("objectStore") or {}
+    return Checkpoints(
+        team_directory=spec.get("teamDirectory"),
+        sub_path=spec.get("subPath"),
+        object_store_url=store.get("url"),
+        object_store_endpoint=store.get("endpoint"),
     )
 
 

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from .building import default_ide, quantity_text
+from .checkpoints import check_checkpoints
 from .model import HomeStorage, VmSpec
 from .units import (
     GPU_RESOURCE,
@@ -480,6 +481,7 @@ CHECKS: tuple[Callable[[Mapping[str, Any], CatalogSettings], Iterator[Finding]],
     check_vm_fields,
     check_vm_gpus,
     check_vm_resources,
+    check_checkpoints,
 )
 
 

@@ -112,6 +112,17 @@ class SharedMount:
 
 
 @dataclass(frozen=True)
+class Checkpoints:
+    """Where ``/checkpoints`` points (issue 16): exactly one of a team directory (by its name in
+    ``team_directories``, optionally a sub-directory of it) or an object-store prefix."""
+
+    team_directory: str | None = None
+    sub_path: str | None = None
+    object_store_url: str | None = None
+    object_store_endpoint: str | None = None
+
+
+@dataclass(frozen=True)
 class Storage:
     home: HomeStorage = field(default_factory=HomeStorage)
     scratch: ScratchStorage = field(default_factory=ScratchStorage)
@@ -119,6 +130,7 @@ class Storage:
     datasets: SharedMount | None = None  # read-only /data
     models: SharedMount | None = None  # read-only /models
     team_directories: tuple[SharedMount, ...] = ()
+    checkpoints: Checkpoints | None = None  # the durable target of /checkpoints; None: none given
 
 
 @dataclass(frozen=True)

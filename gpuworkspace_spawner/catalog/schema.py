@@ -117,6 +117,32 @@ TEAM_DIRECTORY: dict[str, Any] = _obj(
     },
     required=("name", "claimName", "mountPath"),
 )
+# Issue 16: where /checkpoints points (manifests/conventions.py): a team CephFS directory of
+# teamDirectories, or an object-store prefix; catalog/checkpoints.py checks the rest.
+CHECKPOINTS: dict[str, Any] = _obj(
+    {
+        "teamDirectory": DNS_LABEL,
+        "subPath": SUB_PATH,
+        "objectStore": _obj(
+            {
+                "url": {
+                    "type": "string",
+                    "maxLength": 1024,
+                    "pattern": r"^(s3|gs|az)://[a-z0-9][-a-z0-9._]*(/[^\s]*)?$",
+                    "errorMessage": "{value} is not an object-store prefix: write s3://bucket/prefix/ "
+                    "(or gs://, az://)",
+                },
+                "endpoint": {
+                    "type": "string",
+                    "maxLength": 1024,
+                    "pattern": r"^https?://[^\s/]+(/[^\s]*)?$",
+                    "errorMessage": "{value} is not an http(s) endpoint URL",
+                },
+            },
+            required=("url",),
+        ),
+    }
+)
 STORAGE: dict[str, Any] = _obj(
     {
         "home": _obj(
@@ -145,6 +171,7 @@ STORAGE: dict[str, Any] = _obj(
         "datasets": SHARED_MOUNT,
         "models": SHARED_MOUNT,
         "teamDirectories": {"type": "array", "items": TEAM_DIRECTORY, "maxItems": 32},
+        "checkpoints": CHECKPOINTS,
     }
 )
 IDE: dict[str, Any] = {

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from gpuworkspace_spawner.catalog.model import NodePool, Resources, VmSpec
+from gpuworkspace_spawner.manifests.conventions import cloud_init_files
 from gpuworkspace_spawner.manifests.names import (
     ANN_IDE,
     DEFAULT_SERVER,
@@ -176,7 +177,8 @@ def build_cloud_init_secret(ws: WorkspaceContext, names: VmNames, env: Mapping[s
     included) to ``/etc/gpuworkspace/singleuser.env``, readable by root only. The only object that
     holds the token."""
     _vm_spec(ws, names)
-    config = {"write_files": [{"path": ENV_FILE, "permissions": "0600", "content": env_file(env)}]}
+    entry = {"path": ENV_FILE, "permissions": "0600", "content": env_file(env)}
+    config = {"write_files": [entry, *cloud_init_files(ws)]}  # the guide: manifests/conventions.py
     userdata = "#cloud-config\n" + yaml.dump(config, Dumper=_BlockDumper, sort_keys=False)
     return {
         "apiVersion": "v1",

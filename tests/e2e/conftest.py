@@ -37,6 +37,8 @@ SERVICES_ENV = {
     "GPUWS_CULLER_CONFIG": str(Path(__file__).parent / "culler_config.py"),
     "GPUWS_CULLER_INTERVAL": "2",
     "GPUWS_ATTRIBUTION_INTERVAL": "3",
+    # the home page warns of a near-full disk at 0.5% used: a few MB on a 1Gi disk (test_disk_view.py)
+    "GPUWS_DISK_WARN_THRESHOLD": "0.005",
 }
 
 

@@ -20,7 +20,13 @@ the sum of its pods' (no system overhead).
 The kubelet's ``/metrics`` here carries only its volume stats families (``kubelet_volume_stats_*``,
 ``pkg/kubelet/metrics/collectors/volume_stats.go``) with labels ``namespace`` and
 ``persistentvolumeclaim``, for the claims of our CSI drivers mounted by unfinished pods on the node:
-used bytes are the volume directory's apparent size (as :func:`.csi.volume_usage`), capacity the PV's.
+used bytes are the volume directory's apparent size (as :func:`.csi.volume_usage`), capacity the PV's,
+available their difference. The inode families are the kubelet's too (``kubelet_volume_stats_inodes``,
+``…_inodes_free``, ``…_inodes_used``: a CSI volume's come from the driver's ``NodeGetVolumeStats``,
+``pkg/volume/csi/csi_metrics.go``, which Ceph CSI answers with ``statfs`` of the mounted file system):
+inodes used are the files and directories under the volume directory plus its root (what ``du
+--inodes`` counts), the total is what ``mkfs.ext4`` gives the RBD image (one inode per 16 KiB, the
+``inode_ratio`` of e2fsprogs' default ``mke2fs.conf``), free their difference.
 """
 
 from __future__ import annotations
@@ -156,11 +162,15 @@ def render_resource_metrics(containers: Iterable[ContainerUsage], now: float) ->
     return "".join(out)
 
 
-_VOLUME_FAMILIES = (
+_VOLUME_FAMILIES = (  # (family, help) as pkg/kubelet/metrics/collectors/volume_stats.go describes them
     ("kubelet_volume_stats_available_bytes", "Number of available bytes in the volume"),
     ("kubelet_volume_stats_capacity_bytes", "Capacity in bytes of the volume"),
+    ("kubelet_volume_stats_inodes", "Maximum number of inodes in the volume"),
+    ("kubelet_volume_stats_inodes_free", "Number of free inodes in the volume"),
+    ("kubelet_volume_stats_inodes_used", "Number of used inodes in the volume"),
     ("kubelet_volume_stats_used_bytes", "Number of used bytes in the volume"),
 )
+EXT4_INODE_RATIO = 16384  # bytes per inode: e2fsprogs' mke2fs.conf [defaults] inode_ratio
 
 
 @dataclass(frozen=True)
@@ -169,6 +179,21 @@ class VolumeStat:
     claim: str
     used: int
     capacity: int
+    inodes_used: int = 1  # the root directory
+
+    @property
+    def inodes(self) -> int:
+        return max(self.capacity // EXT4_INODE_RATIO, self.inodes_used)
+
+    def value(self, family: str) -> int:
+        return {
+            "kubelet_volume_stats_available_bytes": max(self.capacity - self.used, 0),
+            "kubelet_volume_stats_capacity_bytes": self.capacity,
+            "kubelet_volume_stats_inodes": self.inodes,
+            "kubelet_volume_stats_inodes_free": self.inodes - self.inodes_used,
+            "kubelet_volume_stats_inodes_used": self.inodes_used,
+            "kubelet_volume_stats_used_bytes": self.used,
+        }[family]
 
 
 def render_volume_stats(stats: Iterable[VolumeStat]) -> str:
@@ -178,9 +203,7 @@ def render_volume_stats(stats: Iterable[VolumeStat]) -> str:
     for name, help_text in _VOLUME_FAMILIES:
         out.append(f"# HELP {name} [ALPHA] {help_text}\n# TYPE {name} gauge\n")
         for v in items:
-            value = {"available": max(v.capacity - v.used, 0), "capacity": v.capacity, "used": v.used}[
-                name.split("_")[3]
-            ]
+            value = v.value(name)
             labels = f'namespace="{v.namespace}",persistentvolumeclaim="{v.claim}"'
             out.append(f"{name}{{{labels}}} {go_float(float(value))}\n")
     return "".join(out)
@@ -204,20 +227,26 @@ def mounted_volumes(ctx: SimContext, node: str) -> list[tuple[str, str, Path, in
     return list(seen.values())
 
 
-def used_bytes(path: Path) -> int:
-    """Apparent size of the files under ``path`` (as :func:`.csi.volume_usage`; blocking: use a thread)."""
-    used = 0
-    for root, _dirs, files in os.walk(path):
+def usage_of(path: Path) -> tuple[int, int]:
+    """(apparent bytes, inodes) under ``path``: the files' sizes (as :func:`.csi.volume_usage`), and the
+    files, directories and links plus ``path`` itself (blocking: use a thread)."""
+    used, inodes = 0, 1
+    for root, dirs, files in os.walk(path):
+        inodes += len(dirs) + len(files)
         for name in files:
             try:
                 used += os.lstat(os.path.join(root, name)).st_size
             except OSError:
                 continue
-    return used
+    return used, inodes
 
 
 def _volume_stats(volumes: Sequence[tuple[str, str, Path, int]]) -> list[VolumeStat]:
-    return [VolumeStat(ns, claim, used_bytes(path), capacity) for ns, claim, path, capacity in volumes]
+    stats = []
+    for ns, claim, path, capacity in volumes:
+        used, inodes = usage_of(path)
+        stats.append(VolumeStat(ns, claim, used, capacity, inodes))
+    return stats
 
 
 # ------------------------------------------------------------------ /proc reading

@@ -26,6 +26,7 @@ from tornado import web
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import KubernetesError, Unavailable, gateway
 from ...manifests.names import WorkspaceIdentity
+from ..culler.web import login_url
 from ..kubelets import KubeletAccess
 from ..serving import (
     JsonErrors,
@@ -37,6 +38,7 @@ from ..serving import (
 )
 from . import access, transfer
 from .metrics import DiskMetrics, VolumeStats
+from .mine import own_disks
 from .operations import DiskOperations, Settings
 from .page import SnapshotPageHandler, environment
 from .scheduling import SnapshotWorker
@@ -185,6 +187,32 @@ class TransferHandler(ApiHandler):
         self.reply(await transfer.transfer(self.ops, self.caller, claim, target))
 
 
+class UserDisksHandler(ApiHandler):
+    """A user's disks: size, use, free space, inodes, state, last snapshot, near full (mine.py).
+
+    The hub home page's script fetches it with the user's hub login: a browser without this service's
+    login cookie goes round the hub's OAuth authorize (no page: ``oauth_no_confirm``) and back here, as
+    the idle culler's notices do."""
+
+    def initialize(self, ops: DiskOperations, hub_auth: Any, threshold: float) -> None:  # type: ignore[override]
+        super().initialize(ops, hub_auth)
+        self.threshold = threshold
+
+    async def prepare(self) -> None:
+        browser = self.request.method == "GET" and "Authorization" not in self.request.headers
+        if (
+            browser
+            and isinstance(self.hub_auth, HubOAuth)
+            and not await self.hub_auth.get_user(self, sync=False)
+        ):
+            self.redirect(login_url(self, self.hub_auth))
+            return
+        await super().prepare()
+
+    async def get(self, user: str) -> None:
+        self.reply(await own_disks(self.ops, self.caller, user, threshold=self.threshold))
+
+
 class MetricsHandler(ApiHandler):
     needs_service_access = False  # a scraper's token needs read:metrics only (checked below)
 
@@ -217,7 +245,13 @@ class MetricsHandler(ApiHandler):
 
 
 def make_app(
-    ops: DiskOperations, hub_auth: Any, prefix: str, collector: DiskMetrics, *, metrics_public: bool
+    ops: DiskOperations,
+    hub_auth: Any,
+    prefix: str,
+    collector: DiskMetrics,
+    *,
+    metrics_public: bool,
+    warn_threshold: float = 0.9,
 ) -> web.Application:
     registry = CollectorRegistry()
     registry.register(collector)
@@ -236,6 +270,11 @@ def make_app(
             url_path_join(prefix, "snapshots"),
             SnapshotPageHandler,
             common | {"prefix": prefix, "templates": environment()},
+        ),
+        (
+            url_path_join(api, r"users/([^/]+)/disks"),
+            UserDisksHandler,
+            common | {"threshold": warn_threshold},
         ),
         (
             url_path_join(prefix, "metrics"),
@@ -268,6 +307,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=float(os.environ.get("GPUWS_DISK_ALERT_THRESHOLD") or 0.9),
         help="used/capacity ratio at which gpuworkspace_disk_capacity_alert is 1",
+    )
+    parser.add_argument(
+        "--warn-threshold",
+        type=float,
+        default=float(os.environ.get("GPUWS_DISK_WARN_THRESHOLD") or 0.9),
+        help="used/total ratio (bytes or inodes) at which a user's home page warns that a disk is near full",
     )
     parser.add_argument(
         "--kubelet-scheme",
@@ -339,7 +384,12 @@ async def serve(args: argparse.Namespace) -> int:
     hub_auth = HubOAuth.instance() if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth()
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or "/services/gpuworkspace-disks/"
     app = make_app(
-        ops, hub_auth, prefix, DiskMetrics(stats, args.alert_threshold), metrics_public=args.metrics_public
+        ops,
+        hub_auth,
+        prefix,
+        DiskMetrics(stats, args.alert_threshold),
+        metrics_public=args.metrics_public,
+        warn_threshold=args.warn_threshold,
     )
     host, port = _listen(args)
     server = http_server(app, max_body_bytes=args.max_body_bytes)

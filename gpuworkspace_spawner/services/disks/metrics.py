@@ -1,8 +1,9 @@
 """Disk usage from the kubelets' volume stats, and the capacity alert metrics built from it.
 
-Every kubelet serves ``kubelet_volume_stats_capacity_bytes`` and ``kubelet_volume_stats_used_bytes``
-(labels ``namespace``, ``persistentvolumeclaim``) on ``:10250/metrics`` for the volumes mounted on its
-node. :class:`VolumeStats` scrapes every node's InternalIP (from the API's node list) and keeps the
+Every kubelet serves ``kubelet_volume_stats_capacity_bytes``, ``…_used_bytes``, ``…_available_bytes``,
+``…_inodes`` and ``…_inodes_used`` (labels ``namespace``, ``persistentvolumeclaim``;
+``pkg/kubelet/metrics/collectors/volume_stats.go``) on ``:10250/metrics`` for the volumes mounted on
+its node. :class:`VolumeStats` scrapes every node's InternalIP (from the API's node list) and keeps the
 last result (the service's token goes only to kubelets whose certificate verifies: :mod:`..kubelets`); :class:`DiskMetrics` turns it into ``gpuworkspace_disk_used_ratio`` and
 ``gpuworkspace_disk_capacity_alert`` per workspace claim. Only mounted disks have stats: a stopped
 workspace's disk has no usage until it runs again.
@@ -35,6 +36,12 @@ from .views import Usage, owner
 
 log = logging.getLogger("gpuworkspace.disks")
 CAPACITY, USED = "kubelet_volume_stats_capacity_bytes", "kubelet_volume_stats_used_bytes"
+AVAILABLE, INODES, INODES_USED = (
+    "kubelet_volume_stats_available_bytes",
+    "kubelet_volume_stats_inodes",
+    "kubelet_volume_stats_inodes_used",
+)
+_FAMILIES = (CAPACITY, USED, AVAILABLE, INODES, INODES_USED)
 Key = tuple[str, str]  # (namespace, claim)
 
 
@@ -42,14 +49,18 @@ def parse_volume_stats(text: str) -> dict[Key, Usage]:
     """(namespace, claim) → usage from a kubelet's ``/metrics`` text (other families ignored)."""
     values: dict[Key, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
-        if family.name not in (CAPACITY, USED):
+        if family.name not in _FAMILIES:
             continue
         for sample in family.samples:
             if sample.name != family.name:
                 continue
             key = (sample.labels.get("namespace", ""), sample.labels.get("persistentvolumeclaim", ""))
             values.setdefault(key, {})[family.name] = sample.value
-    return {k: Usage(v[USED], v[CAPACITY]) for k, v in values.items() if USED in v and CAPACITY in v}
+    return {
+        k: Usage(v[USED], v[CAPACITY], v.get(AVAILABLE), v.get(INODES_USED), v.get(INODES))
+        for k, v in values.items()
+        if USED in v and CAPACITY in v
+    }
 
 
 def node_address(node: Mapping[str, Any]) -> str | None:

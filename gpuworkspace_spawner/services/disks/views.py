@@ -35,8 +35,13 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Usage:
+    """A mounted disk's file system as its kubelet reports it (``None``: the kubelet did not say)."""
+
     used: float
     capacity: float
+    available: float | None = None
+    inodes_used: float | None = None
+    inodes: float | None = None
 
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -128,6 +133,13 @@ def disk_view(claim: Mapping[str, Any], usage: Usage | None) -> Obj:
         view["usedBytes"] = int(usage.used)
         view["capacityBytes"] = int(usage.capacity)
         view["usageRatio"] = usage_ratio(usage.used, usage.capacity)
+        for key, value in (
+            ("freeBytes", usage.available),
+            ("inodesUsed", usage.inodes_used),
+            ("inodes", usage.inodes),
+        ):
+            if value is not None:
+                view[key] = int(value)
     return view
 
 

@@ -277,7 +277,9 @@ def _guest_env(secret: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """What the simulated guest's cloud-init does with the Secret: the file entry and the parsed env."""
     userdata = secret["stringData"]["userdata"]
     assert userdata.startswith("#cloud-config\n")
-    (entry,) = yaml.safe_load(userdata)["write_files"]
+    files = yaml.safe_load(userdata)["write_files"]
+    (entry,) = [f for f in files if f["path"] == ENV_FILE]  # the others are the guide (conventions.py)
+    assert all(TOKEN not in f["content"] and f["permissions"] == "0644" for f in files if f is not entry)
     return entry, parse_env_file(entry["content"])
 
 
