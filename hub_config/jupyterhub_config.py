@@ -368,6 +368,9 @@ def _register_reclaimer() -> None:
             "gpuworkspace_spawner.services.reclaimer",
             "--namespace",
             "gpu-workspaces",
+            # its own /metrics (passes, failures, overdue disks: docs/reference/metrics.md)
+            "--metrics-port",
+            _env("GPUWS_RECLAIMER_METRICS_PORT", "10103"),
         ],
         "environment": _kubeconfig("RECLAIMER"),
     }

@@ -31,12 +31,14 @@ from ..manifests.names import (
     LABEL_DISK,
     LABEL_DISK_STATE,
 )
+from .reclaimstats import ReclaimStats, make_metrics_app
 
 log = logging.getLogger("gpuworkspace.reclaimer")
 RETAINED_SELECTOR = f"{LABEL_DISK}={DISK_HOME},{LABEL_DISK_STATE}={DISK_RETAINED}"
 # VM root disks: the DataVolume is the handle (CDI owns the claim and deletes it with the DataVolume).
 RETAINED_ROOT_SELECTOR = f"{LABEL_DISK}=root,{LABEL_DISK_STATE}={DISK_RETAINED}"
 RESYNC_S = 3600
+RETRY_S = 30  # after a pass that failed with a Kubernetes error
 
 
 @dataclass(frozen=True)
@@ -159,18 +161,34 @@ def next_wake_s(outcomes: Sequence[Outcome], now: datetime) -> int:
     return max(1, min(RESYNC_S, int((min(due) - now).total_seconds()) + 1))
 
 
-async def run(namespace: str, *, once: bool, dry_run: bool) -> int:
+async def run(namespace: str, *, once: bool, dry_run: bool, metrics_port: int = 0) -> int:
     api = await gateway.connect()
+    stats = ReclaimStats()
+    server = None
+    if metrics_port:
+        server = make_metrics_app(stats).listen(metrics_port)
+        log.info("Metrics on :%d/metrics", metrics_port)
     try:
         while True:
             now = datetime.now(UTC)
-            outcomes, version = await reclaim_once(api, namespace, now=now, dry_run=dry_run)
+            try:
+                outcomes, version = await reclaim_once(api, namespace, now=now, dry_run=dry_run)
+            except KubernetesError as exc:
+                stats.record_failure()
+                if once:
+                    raise
+                log.error("Reclaim pass failed (retrying in %d s): %s", RETRY_S, exc)
+                await asyncio.sleep(RETRY_S)
+                continue
+            stats.record_pass(outcomes, now)
             for outcome in outcomes:
                 log.info("%s: %s (%s)", outcome.claim, outcome.action, outcome.reason)
             if once:
                 return 0
             await _wait_for_a_change(api, namespace, version, next_wake_s(outcomes, now))
     finally:
+        if server is not None:
+            server.stop()
         await api.api_client.close()
 
 
@@ -210,10 +228,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--namespace", default="gpu-workspaces", help="namespace of the home disks")
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
     parser.add_argument("--dry-run", action="store_true", help="report what would be deleted; delete nothing")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve Prometheus metrics on this port at /metrics (0: none)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        return asyncio.run(run(args.namespace, once=args.once, dry_run=args.dry_run))
+        return asyncio.run(
+            run(args.namespace, once=args.once, dry_run=args.dry_run, metrics_port=args.metrics_port)
+        )
     except KeyboardInterrupt:  # JupyterHub stops its managed services with SIGINT
         return 0
 
