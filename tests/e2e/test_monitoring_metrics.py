@@ -20,6 +20,7 @@ from tests.helm.monitoring import EXTERNAL_METRICS, exposed_names, referenced_me
 from .agents import start_agents
 from .harness import HubStack, http, wait_for
 from .test_disk_admin import disks  # noqa: F401 -- the disk service (proxied, or started next to the hub)
+from .test_spawn_feedback import ensure_user, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 RECLAIMER_METRICS = "http://127.0.0.1:10103/metrics"  # hub_config: GPUWS_RECLAIMER_METRICS_PORT
@@ -47,6 +48,16 @@ def test_every_metric_in_the_rules_and_dashboards_is_served(
     if stack.hub.spawner != "gpuworkspace":
         pytest.skip("the services and metrics come with this project's spawner configuration")
     token = stack.admin_token
+    # one real container start, so the phase histogram has samples (not only its declaration)
+    ensure_user(stack, "watcher")
+    stack.hub.start_server("watcher", "m", {"profile": "cpu-small"})
+    stack.hub.wait_ready("watcher", "m")
+    phases = {
+        p: metric(stack, "gpuworkspace_spawn_phase_duration_seconds_count", phase=p)
+        for p in ("prepare", "ready")
+    }
+    assert all(n >= 1 for n in phases.values()), phases
+    stack.hub.stop_server("watcher", "m")
     wait_for(lambda: http("GET", RECLAIMER_METRICS)[0] == 200, 60, "the reclaimer's /metrics")
     scrapes = {
         "hub": _families(f"{stack.url}/hub/metrics", token),
