@@ -1,6 +1,6 @@
 """The disk reclaimer's own ``/metrics``: its passes, their failures, and the disks it deletes or keeps.
 
-``gpuworkspace-reclaimer --metrics-port 9502`` serves them (off by default). The alerts of
+``gpuworkspace-reclaimer --metrics-listen :9502`` serves them (off by default). The alerts of
 ``helm-values/monitoring/`` read them: a pass that ends with a Kubernetes error
 (``gpuworkspace_reclaimer_pass_failures_total``), no successful pass for hours
 (``gpuworkspace_reclaimer_last_success_timestamp_seconds``) and retained disks past their

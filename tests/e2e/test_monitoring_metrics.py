@@ -2,7 +2,7 @@
 
 The real processes on the devcluster: the hub (``/hub/metrics``), the disk service and the attribution
 service (their ``/metrics`` with a token that has ``read:metrics``), the reclaimer (its
-``--metrics-port``, hub_config's default 10103) and the node agents. A metric counts as served when
+``--metrics-listen``, on 127.0.0.1:10104 in hub_config) and the node agents. A metric counts as served when
 its family is in a scrape (a family without samples yet is still declared there with its type, so
 a histogram ``x`` serves ``x_bucket``, ``x_count`` and ``x_sum``). The idle culler serves no metrics.
 Only the kubelet's inode families, which the inode rule names as its dependency, are exempt.
@@ -23,7 +23,7 @@ from .test_disk_admin import disks  # noqa: F401 -- the disk service (proxied, o
 from .test_spawn_feedback import ensure_user, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
-RECLAIMER_METRICS = "http://127.0.0.1:10103/metrics"  # hub_config: GPUWS_RECLAIMER_METRICS_PORT
+RECLAIMER_METRICS = "http://127.0.0.1:10104/metrics"  # hub_config: GPUWS_RECLAIMER_METRICS_PORT
 
 
 def _families(url: str, token: str | None = None) -> dict[str, str]:

@@ -93,7 +93,7 @@ async def test_a_failed_pass_is_counted_and_retried_and_a_good_one_updates_the_g
     monkeypatch.setattr(reclaimer, "_wait_for_a_change", wait)
     monkeypatch.setattr(reclaimer, "RETRY_S", 0)
     with pytest.raises(asyncio.CancelledError):
-        await reclaimer.run("gpu-workspaces", once=False, dry_run=False, metrics_port=port)
+        await reclaimer.run("gpu-workspaces", once=False, dry_run=False, metrics_listen=f"127.0.0.1:{port}")
 
     assert passes == ["gpu-workspaces", "gpu-workspaces"]  # the failure did not end the process
     metrics = scraped[0]
@@ -123,3 +123,13 @@ async def test_once_still_fails_on_a_kubernetes_error(monkeypatch: pytest.Monkey
 def test_stats_before_any_pass_say_never() -> None:
     stats = ReclaimStats()
     assert (stats.passes, stats.pass_failures, stats.last_success) == (0, 0, 0.0)
+
+
+@pytest.mark.parametrize("value", ["9502", "host:", ":99999", "a:b:9502", ":x"])
+def test_a_bad_metrics_address_is_refused_naming_the_option(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        reclaimer.main(["--metrics-listen", value])
+    err = capsys.readouterr().err
+    assert "--metrics-listen" in err and "[HOST]:PORT" in err, err
