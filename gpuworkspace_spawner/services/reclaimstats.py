@@ -70,7 +70,7 @@ class ReclaimerMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self.stats
-        counters = (
+        counters: tuple[tuple[str, str, float], ...] = (
             ("gpuworkspace_reclaimer_passes", "Reclaim passes run (successful or not)", s.passes),
             (
                 "gpuworkspace_reclaimer_pass_failures",
@@ -87,7 +87,7 @@ class ReclaimerMetrics(Collector):
             counter = CounterMetricFamily(name, doc)
             counter.add_metric([], value)
             yield counter
-        gauges = (
+        gauges: tuple[tuple[str, str, float], ...] = (
             ("gpuworkspace_reclaimer_retained_disks", "Retained disks the last pass kept", s.retained),
             (
                 "gpuworkspace_reclaimer_overdue_disks",
