@@ -46,6 +46,7 @@ from .lifecycle.diskpolicy import (
 from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
 from .lifecycle.ownership import choose_home_claim
+from .lifecycle.phasetiming import PhaseClock
 from .lifecycle.retention import decide_home_disk
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
 from .lifecycle.state import derive_state, to_json
@@ -66,6 +67,7 @@ from .manifests.vm import vm_names
 from .probecredentials import STATE_KEY as PROBE_STATE_KEY
 from .probecredentials import issue_probe_token, probe_token_from_state, revoke_probe_tokens
 from .retaining import retain_server_disks
+from .spawnmetrics import observe_phases
 from .vmruntime import VMRuntime
 
 CATALOG_RELOAD_FAILURES = Counter(
@@ -279,7 +281,8 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         pod = await super().get_pod_manifest()
         ws = self._context()
         built = build_workspace_pod(gateway.to_dict(self.api, pod), ws)
-        built = apply_conventions(built, ws, retention_days=self.retention_days)
+        retention = decide_retention(ws.profile.storage.home.retention, self.retention_days)
+        built = apply_conventions(built, ws, retention_days=retention.period.total_seconds() / 86400)
         return gateway.to_model(self.api, built, "V1Pod")
 
     def get_env(self) -> dict[str, str]:
@@ -355,6 +358,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         if self.runtime == "vm":
             return await self._start_vm_audited()
         await self._start_watching_pods()
+        prepared = asyncio.get_running_loop().time()
         await self._ensure_home_disk()
         await self._halt_workspace_vm()
         await self._remove_duplicate_pods()
@@ -362,8 +366,10 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         self._log_record("workspace-starting", "Pod", self.pod_name, "Starting the workspace")
         started = asyncio.get_running_loop().time()
         task = asyncio.ensure_future(super()._start())
+        clock = PhaseClock()
+        clock.observe("prepare", prepared)  # claim, fencing check: before the pod exists
         try:
-            url = await self._supervise(task, started)
+            url = await self._supervise(task, started, clock)
         except SpawnException as exc:
             await self._audit("workspace-start-failed", "Pod", self.pod_name, f"{exc.reason}: {exc.message}")
             raise
@@ -492,13 +498,16 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         await cls._cluster_watches[kind].ready(timeout_s=CLUSTER_WATCH_READY_S)
         return cls._cluster_watches[kind]
 
-    async def _supervise(self, task: asyncio.Future[Any], started: float) -> Any:
+    async def _supervise(self, task: asyncio.Future[Any], started: float, clock: PhaseClock) -> Any:
         """Wait for KubeSpawner's start, failing early (with a reason) when the pod cannot come up."""
         loop = asyncio.get_running_loop()
         while True:
+            clock.observe(build_progress(self._claim(), self._pod(), self.events).phase, loop.time())
             done, _ = await asyncio.wait({task}, timeout=1.0)
             if done:
-                return self._start_result(task)
+                result = self._start_result(task)
+                observe_phases(clock.finish(loop.time()))
+                return result
             failure = decide_spawn_failure(
                 self._claim(),
                 self._pod(),

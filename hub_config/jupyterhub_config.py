@@ -34,6 +34,8 @@ GPUWS_ATTRIBUTION_     extra command-line arguments for it         unset
 ARGS                   (shell words; the tests use it)
 GPUWS_CULLER           ``0`` to not run the idle culler            ``1``
 GPUWS_CULLER_PORT      the idle culler's port (loopback)           ``10103``
+GPUWS_RECLAIMER_       the reclaimer's /metrics port (loopback)    ``10104``
+METRICS_PORT
 GPUWS_CULLER_INTERVAL  its cycle in seconds                        ``300``
 GPUWS_CULLER_CONFIG    a traitlets config file for it              unset: the defaults
                        (docs/reference/culler.md)
@@ -372,6 +374,9 @@ def _register_reclaimer() -> None:
             "gpuworkspace_spawner.services.reclaimer",
             "--namespace",
             "gpu-workspaces",
+            # its own /metrics (passes, failures, overdue disks: docs/reference/metrics.md)
+            "--metrics-listen",
+            f"127.0.0.1:{_env('GPUWS_RECLAIMER_METRICS_PORT', '10104')}",
         ],
         "environment": _kubeconfig("RECLAIMER"),
     }

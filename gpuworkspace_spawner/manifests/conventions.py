@@ -142,6 +142,8 @@ def _rows(profile: WorkspaceProfile, retention: str) -> list[tuple[str, str, str
 def _retention(retention_days: float | None) -> str:
     if retention_days is None:
         return "across stops; after the server is deleted, until the retention period ends"
+    if retention_days == 0:
+        return "across stops; deleted soon after the server is deleted (the profile keeps no disk)"
     days = f"{retention_days:g} day" + ("" if retention_days == 1 else "s")
     return f"across stops; after the server is deleted, {days}, then the disk is deleted"
 

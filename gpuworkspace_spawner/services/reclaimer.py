@@ -31,12 +31,15 @@ from ..manifests.names import (
     LABEL_DISK,
     LABEL_DISK_STATE,
 )
+from .reclaimstats import ReclaimStats, make_metrics_app
 
 log = logging.getLogger("gpuworkspace.reclaimer")
 RETAINED_SELECTOR = f"{LABEL_DISK}={DISK_HOME},{LABEL_DISK_STATE}={DISK_RETAINED}"
 # VM root disks: the DataVolume is the handle (CDI owns the claim and deletes it with the DataVolume).
 RETAINED_ROOT_SELECTOR = f"{LABEL_DISK}=root,{LABEL_DISK_STATE}={DISK_RETAINED}"
 RESYNC_S = 3600
+RETRY_S = 30  # after a pass that failed with a Kubernetes error
+MAX_PORT = 65535
 
 
 @dataclass(frozen=True)
@@ -159,18 +162,35 @@ def next_wake_s(outcomes: Sequence[Outcome], now: datetime) -> int:
     return max(1, min(RESYNC_S, int((min(due) - now).total_seconds()) + 1))
 
 
-async def run(namespace: str, *, once: bool, dry_run: bool) -> int:
+async def run(namespace: str, *, once: bool, dry_run: bool, metrics_listen: str = "") -> int:
     api = await gateway.connect()
+    stats = ReclaimStats()
+    server = None
+    if metrics_listen:
+        host, _, port = metrics_listen.rpartition(":")
+        server = make_metrics_app(stats).listen(int(port), address=host)
+        log.info("Metrics on %s/metrics", metrics_listen)
     try:
         while True:
             now = datetime.now(UTC)
-            outcomes, version = await reclaim_once(api, namespace, now=now, dry_run=dry_run)
+            try:
+                outcomes, version = await reclaim_once(api, namespace, now=now, dry_run=dry_run)
+            except KubernetesError as exc:
+                stats.record_failure()
+                if once:
+                    raise
+                log.error("Reclaim pass failed (retrying in %d s): %s", RETRY_S, exc)
+                await asyncio.sleep(RETRY_S)
+                continue
+            stats.record_pass(outcomes, now)
             for outcome in outcomes:
                 log.info("%s: %s (%s)", outcome.claim, outcome.action, outcome.reason)
             if once:
                 return 0
             await _wait_for_a_change(api, namespace, version, next_wake_s(outcomes, now))
     finally:
+        if server is not None:
+            server.stop()
         await api.api_client.close()
 
 
@@ -205,15 +225,30 @@ async def _wait_for_a_change(api: Any, namespace: str, version: str, timeout_s: 
         await asyncio.gather(*pending, return_exceptions=True)
 
 
+def _listen_address(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) <= MAX_PORT or ":" in host:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected [HOST]:PORT, e.g. :9502 or 127.0.0.1:10104")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuworkspace-reclaimer", description=__doc__.split("\n\n")[0])
     parser.add_argument("--namespace", default="gpu-workspaces", help="namespace of the home disks")
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
     parser.add_argument("--dry-run", action="store_true", help="report what would be deleted; delete nothing")
+    parser.add_argument(
+        "--metrics-listen",
+        default="",
+        type=_listen_address,
+        help="serve Prometheus metrics at /metrics on [HOST]:PORT (':9502': every interface; default: none)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        return asyncio.run(run(args.namespace, once=args.once, dry_run=args.dry_run))
+        return asyncio.run(
+            run(args.namespace, once=args.once, dry_run=args.dry_run, metrics_listen=args.metrics_listen)
+        )
     except KeyboardInterrupt:  # JupyterHub stops its managed services with SIGINT
         return 0
 
