@@ -39,6 +39,7 @@ from .k8s.errors import as_kubernetes_error, map_api_exception
 from .k8s.reflectors import ClaimReflector, retrying
 from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
+from .lifecycle.healing import with_last_failure
 from .lifecycle.ownership import choose_home_claim, decide_owner
 from .lifecycle.retention import decide_home_disk, retain_until
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
@@ -58,6 +59,7 @@ from .manifests.pvc import build_adopt_patch, build_home_pvc, build_retain_patch
 from .manifests.vm import vm_names
 from .probecredentials import STATE_KEY as PROBE_STATE_KEY
 from .probecredentials import issue_probe_token, probe_token_from_state, revoke_probe_tokens
+from .selfhealing import FAILURE_KEY, SelfHealing
 from .vmruntime import VMRuntime
 
 CATALOG_RELOAD_FAILURES = Counter(
@@ -70,7 +72,7 @@ _STATUS = {"forbidden-profile": 403}
 log = logging.getLogger("gpuworkspace.catalog")
 
 
-class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
+class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
     """Spawns catalog-defined GPU workspaces whose home disk outlives every stop and server deletion."""
 
     catalog_path = Unicode(
@@ -334,6 +336,8 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     async def _start_workspace(self) -> Any:
         await self.load_user_options()
+        self._reset_healing()  # a new start: no stop intent, no rebuild history, no old failure
+        self.workspace_state.pop(FAILURE_KEY, None)
         self._issue_probe_credential()
         self._save_state_now()
         if self.runtime == "vm":
@@ -352,6 +356,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             await self._audit("workspace-start-failed", "Pod", self.pod_name, f"{exc.reason}: {exc.message}")
             raise
         await self._audit("workspace-started", "Pod", self.pod_name, f"Workspace ready at {url}")
+        self._remember_pod(self._pod())  # what a rebuild copies
         await self._record_last_node(((self._pod() or {}).get("spec") or {}).get("nodeName"))
         return url
 
@@ -719,7 +724,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
                 vmi=None,
                 now=datetime.now(UTC),
             )
-        return to_json(state)
+        return with_last_failure(to_json(state), self.workspace_state.get(FAILURE_KEY))
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -774,7 +779,8 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         runtime = self.runtime
         self._selection, self._catalog_version, self._rejected = None, "", False
         self._probe_token = None  # revoked by stop(); a start issues a new one
-        self.workspace_state = {"runtime": runtime}
+        failure = self.workspace_state.get(FAILURE_KEY)  # why self-healing gave up: the home page says
+        self.workspace_state = {"runtime": runtime, **({FAILURE_KEY: failure} if failure else {})}
 
     # --- audit ---------------------------------------------------------------------------------
 

@@ -206,6 +206,9 @@ def _decide_in_place(
 
 
 _KEEP_METADATA = ("name", "namespace", "labels", "annotations")
+# Written by the scheduler (nodeName) and by the Priority admission plugin from priorityClassName, which
+# refuses a pod that brings its own differing value: left for them to compute again.
+_COMPUTED_SPEC = ("nodeName", "priority", "preemptionPolicy")
 
 
 def build_rebuilt_pod(old: Mapping[str, Any], *, rebuilds: int) -> dict[str, Any]:
@@ -218,7 +221,8 @@ def build_rebuilt_pod(old: Mapping[str, Any], *, rebuilds: int) -> dict[str, Any
     new_meta["annotations"][ANN_REBUILD_OF] = str(meta.get("uid", ""))
     new_meta["annotations"]["gpuworkspace.dev/rebuilds"] = str(rebuilds)
     spec = copy.deepcopy(dict(old.get("spec") or {}))
-    spec.pop("nodeName", None)
+    for computed in _COMPUTED_SPEC:
+        spec.pop(computed, None)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": new_meta, "spec": spec}
 
 

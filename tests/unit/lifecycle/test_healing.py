@@ -250,6 +250,8 @@ def test_rebuilt_pod_keeps_spec_and_drops_node_status_and_identity() -> None:
     )
     old["spec"] = {
         "nodeName": "gpu-1",
+        "priority": 1000,
+        "priorityClassName": "interactive",
         "containers": [{"name": "notebook", "env": [{"name": "JUPYTERHUB_API_TOKEN", "value": "t"}]}],
         "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home-alice"}}],
     }
@@ -260,7 +262,8 @@ def test_rebuilt_pod_keeps_spec_and_drops_node_status_and_identity() -> None:
         "labels": {"gpuworkspace.dev/user": "alice"},
         "annotations": {"a": "b", ANN_REBUILD_OF: "uid-1", "gpuworkspace.dev/rebuilds": "2"},
     }
-    assert "status" not in new and "nodeName" not in new["spec"]
+    assert "status" not in new and "nodeName" not in new["spec"] and "priority" not in new["spec"]
+    assert new["spec"]["priorityClassName"] == "interactive"
     assert new["spec"]["containers"] == old["spec"]["containers"]  # the same token and env
     assert new["spec"]["volumes"] == old["spec"]["volumes"]  # the same claim
     assert old["spec"]["nodeName"] == "gpu-1" and old["metadata"]["annotations"] == {"a": "b"}  # not mutated
