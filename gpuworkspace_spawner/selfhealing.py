@@ -30,6 +30,7 @@ from traitlets.config import LoggingConfigurable
 
 from .compat import SpawnException
 from .k8s import KubernetesError, NotFound, gateway
+from .k8s.reflectors import remembering
 from .lifecycle.healing import HealingPolicy, HealingVerdict, build_rebuilt_pod, decide_healing
 from .lifecycle.spawning import decide_spawn_failure, is_ready
 
@@ -122,6 +123,24 @@ class SelfHealing(LoggingConfigurable):
         self._restart_count = 0
         self._heal_task: asyncio.Task[None] | None = None
         self._gave_up = False
+        self._last_gone: dict[str, Any] | None = None
+
+    async def _start_reflector(
+        self, kind: str, reflector_class: Any, replace: bool = False, **kwargs: Any
+    ) -> Any:
+        """Pods are watched by a reflector that remembers the last copy of a deleted pod (its cause)."""
+        if kind == "pods":
+            reflector_class = remembering(reflector_class)
+        return await super()._start_reflector(  # type: ignore[misc]
+            kind=kind, reflector_class=reflector_class, replace=replace, **kwargs
+        )
+
+    def _gone_pod(self) -> dict[str, Any] | None:
+        """The pod reflector's last copy of this workspace's pod, if a watch saw it deleted."""
+        cache = getattr(getattr(self, "pod_reflector", None), "resources", None)
+        gone = getattr(cache, "gone", {}).get(f"{self.namespace}/{self.pod_name}")
+        last_uid = ((self._last_pod or {}).get("metadata") or {}).get("uid")
+        return gone if gone is not None and (gone.get("metadata") or {}).get("uid") == last_uid else None
 
     def _healing_policy(self) -> HealingPolicy:
         return HealingPolicy(
@@ -155,6 +174,9 @@ class SelfHealing(LoggingConfigurable):
     def _remember_pod(self, pod: dict[str, Any] | None) -> None:
         """Keep the last copy of the pod (what a rebuild is made from) and count in-place restarts."""
         if pod is None:
+            gone = self._gone_pod()  # seen terminating by the watch, between two polls
+            if gone is not None and gone is not self._last_gone:
+                self._last_gone, self._last_pod = gone, copy.deepcopy(gone)
             return
         now = time.monotonic()
         count = _restart_count(pod)

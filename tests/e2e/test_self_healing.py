@@ -108,6 +108,7 @@ def test_deleted_pod_comes_back_on_the_same_disk_without_the_user(stack: HubStac
     print(f"rebuilt and serving {took:.1f}s after the delete")
 
     # A second loss (an eviction, as a node drain makes) within the window backs off heal_backoff[1].
+    evictions = _metric(stack, "gpuworkspace_workspace_rebuilds_total", "evicted")
     evicted = time.monotonic()
     body = {
         "apiVersion": "policy/v1",
@@ -126,6 +127,8 @@ def test_deleted_pod_comes_back_on_the_same_disk_without_the_user(stack: HubStac
     again = wait_for(lambda: _ready_pod(stack, name, new["metadata"]["uid"]), 120, "the second rebuild")
     assert time.monotonic() - evicted >= 10  # the back-off's second step
     assert _claim_of(again) == _claim_of(old)
+    # told apart from a delete by the DisruptionTarget condition the watch saw before the pod went
+    assert _metric(stack, "gpuworkspace_workspace_rebuilds_total", "evicted") == evictions + 1
     assert wait_for(lambda: _read_as_user(stack, user, server, "marker.txt", token), 60, "the file again")
     stack.hub.stop_server(user, server)
 

@@ -7,6 +7,8 @@ replaced. End-to-end behaviour (a real hub, proxy and devcluster) is in tests/e2
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from traitlets.config import LoggingConfigurable
 
 from gpuworkspace_spawner import selfhealing
 from gpuworkspace_spawner.compat import SpawnException
+from gpuworkspace_spawner.k8s.reflectors import LastSeen
 from gpuworkspace_spawner.selfhealing import FAILURE_KEY, SelfHealing
 
 NAME = "jupyter-alice"
@@ -201,3 +204,18 @@ async def test_failed_pod_is_deleted_then_rebuilt(spawner: FakeSpawner) -> None:
     await settle(spawner)
     assert spawner.cluster[NAME]["metadata"]["uid"] != "uid-1"
     assert "oom-killed" in spawner.audits[0][1]
+
+
+async def test_an_eviction_seen_only_by_the_watch_is_counted_as_one(spawner: FakeSpawner) -> None:
+    spawner.cluster[NAME] = running_pod()
+    await spawner.poll()
+    evicted = running_pod()
+    evicted["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    evicted["status"]["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    )
+    del spawner.cluster[NAME]  # between two polls: only the pod watch saw it terminating
+    spawner.pod_reflector = SimpleNamespace(resources=LastSeen({}, OrderedDict({f"ws/{NAME}": evicted})))
+    await spawner.poll()
+    await settle(spawner)
+    assert spawner.audits[0][0] == "workspace-rebuilt" and "(evicted)" in spawner.audits[0][1]
