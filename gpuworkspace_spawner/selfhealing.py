@@ -123,6 +123,7 @@ class SelfHealing(LoggingConfigurable):
         self._restart_count = 0
         self._heal_task: asyncio.Task[None] | None = None
         self._gave_up = False
+        self._stopped_after_give_up = False
         self._last_gone: dict[str, Any] | None = None
 
     async def _start_reflector(
@@ -154,6 +155,7 @@ class SelfHealing(LoggingConfigurable):
 
     async def poll(self) -> int | None:
         if self._gave_up:  # JupyterHub polls again while it stops the server: decide (and audit) once
+            await self._stop_after_giving_up()
             return 1
         await self._start_watching_pods()  # type: ignore[attr-defined]
         pod = self._pod()
@@ -165,6 +167,7 @@ class SelfHealing(LoggingConfigurable):
             return result
         if verdict.action == "give-up":
             await self._give_up(verdict)
+            await self._stop_after_giving_up()
             return 1
         if verdict.cause is not None and (pod is None or _failed(pod)) and self._heal_task is None:
             self._heal_task = asyncio.ensure_future(self._rebuild(verdict))
@@ -303,8 +306,16 @@ class SelfHealing(LoggingConfigurable):
                 raise TimeoutError(f"waiting for {what}")
             await asyncio.sleep(0.2)
 
+    async def _stop_after_giving_up(self) -> None:
+        """Stop (delete a crash-looping pod, revoke, audit) before telling the hub: JupyterHub's
+        ``User.stop`` calls ``stop()`` only when ``poll()`` says the server still runs (as KubeSpawner's
+        own poll stops a pod whose container terminated before it returns the exit code)."""
+        if self._stopped_after_give_up:
+            return
+        self._stopped_after_give_up = True
+        await self.stop(now=True)
+
     async def _give_up(self, verdict: HealingVerdict) -> None:
-        self._gave_up = True
         reason = verdict.cause or "unknown"
         HEAL_FAILURES.labels(reason=reason).inc()
         self.workspace_state[FAILURE_KEY] = {
@@ -314,6 +325,7 @@ class SelfHealing(LoggingConfigurable):
         }
         await self._audit("workspace-rebuild-failed", "Pod", self.pod_name, verdict.reason)
         self.log.warning("Workspace %s: %s", self.pod_name, verdict.reason)
+        self._gave_up = True
 
 
 def _failed(pod: dict[str, Any]) -> bool:

@@ -23,16 +23,14 @@ async def test_eviction_sets_disruption_target_then_deletes(api: client.ApiClien
     seen: list[tuple[str, Any]] = []
 
     async def observe() -> None:
-        stream = watch.Watch().stream(
-            core.list_namespaced_pod,
-            NS,
-            resource_version=created.metadata.resource_version,
-            _request_timeout=10,
-        )
-        async for event in stream:
-            seen.append((event["type"], event["object"]))
-            if event["type"] == "DELETED":
-                return
+        version = created.metadata.resource_version
+        async with watch.Watch().stream(
+            core.list_namespaced_pod, NS, resource_version=version, _request_timeout=10
+        ) as stream:
+            async for event in stream:
+                seen.append((event["type"], event["object"]))
+                if event["type"] == "DELETED":
+                    return
 
     watcher = asyncio.ensure_future(observe())
     await asyncio.sleep(0.2)

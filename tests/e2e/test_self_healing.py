@@ -168,7 +168,7 @@ def test_a_server_that_crashes_at_every_start_stops_with_a_reason(stack: HubStac
         failed = _events(stack, name, "WorkspaceRebuildFailed")
         assert failed and "exit code 3" in failed[-1]["message"], failed
         assert _events(stack, name, "WorkspaceRebuilt")  # it was rebuilt once before it gave up
-        assert _pod(stack, name) is None  # the hub's stop removed the crash-looping pod
+        wait_for(lambda: _pod(stack, name) is None, 30, "the hub's stop to remove the crash-looping pod")
         reason = _home_page_reason(stack, browser, user, server)
         assert (
             re.search(r"exited \d+ time\(s\)", reason)

@@ -170,6 +170,7 @@ async def test_fencing_refusal_gives_up_with_its_reason(spawner: FakeSpawner) ->
     assert await spawner.poll() is None
     await settle(spawner)
     assert await spawner.poll() == 1  # the hub now sees it stopped
+    assert spawner.deleted  # stopped first: JupyterHub does not call stop() after poll() says 1
     assert await spawner.poll() == 1  # and JupyterHub's second poll does not audit again
     assert [a for a, _ in spawner.audits] == ["workspace-rebuild-failed"]
     assert "in use on another node" in spawner.workspace_state[FAILURE_KEY]["message"]
@@ -187,6 +188,7 @@ async def test_too_many_losses_give_up(spawner: FakeSpawner) -> None:
         assert NAME in spawner.cluster
     del spawner.cluster[NAME]
     assert await spawner.poll() == 1
+    assert spawner.deleted and spawner._stop_requested
     assert spawner.workspace_state[FAILURE_KEY]["reason"] == "deleted"
     assert "rebuilt 2 time(s)" in spawner.workspace_state[FAILURE_KEY]["message"]
 
