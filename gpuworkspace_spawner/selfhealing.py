@@ -23,6 +23,7 @@ import copy
 import time
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client import Counter
 from traitlets import Bool, Float, Integer, List
@@ -288,11 +289,11 @@ class SelfHealing(LoggingConfigurable):
     async def _reroute(self, pod: dict[str, Any]) -> None:
         """The hub's server record and the proxy route follow the rebuilt pod's new IP."""
         url = self._get_pod_url(pod)
-        host = url.split("://", 1)[-1]
-        ip, _, port = host.rpartition(":")
-        if self.server is None or (self.server.ip, self.server.port) == (ip, int(port)):
+        target = urlsplit(url)  # as JupyterHub reads a start's URL: IPv6 without brackets
+        ip, port = target.hostname or "", target.port or 80
+        if self.server is None or (self.server.ip, self.server.port) == (ip, port):
             return
-        self.server.ip, self.server.port = ip, int(port)
+        self.server.ip, self.server.port = ip, port
         self.db.commit()
         proxy = (getattr(self.user, "settings", None) or {}).get("proxy")
         if proxy is not None:
