@@ -198,7 +198,8 @@ class SelfHealing(LoggingConfigurable):
         verdict = decide_healing(
             pod,
             last_seen=self._last_pod,
-            stop_requested=self._stop_requested,
+            # JupyterHub's User.stop sets _stop_pending, then polls, then calls stop(): already a stop
+            stop_requested=self._stop_requested or bool(getattr(self, "_stop_pending", False)),
             lost_at=self._lost_at,
             rebuilds=self._rebuilds,
             restarts=self._restarts,

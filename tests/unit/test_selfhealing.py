@@ -221,3 +221,12 @@ async def test_an_eviction_seen_only_by_the_watch_is_counted_as_one(spawner: Fak
     await spawner.poll()
     await settle(spawner)
     assert spawner.audits[0][0] == "workspace-rebuilt" and "(evicted)" in spawner.audits[0][1]
+
+
+async def test_the_poll_of_a_stop_in_progress_does_not_rebuild(spawner: FakeSpawner) -> None:
+    spawner.cluster[NAME] = running_pod()
+    await spawner.poll()
+    del spawner.cluster[NAME]
+    spawner._stop_pending = True  # JupyterHub's User.stop: set, then poll(), then stop()
+    await spawner.poll()
+    assert spawner._heal_task is None and NAME not in spawner.cluster
