@@ -29,6 +29,9 @@ Action = Literal[
     "workspace-stopped",
     "workspace-rejected",
     "duplicate-pod-removed",
+    # self-healing container workspaces (selfhealing.py): a lost pod rebuilt, or given up on
+    "workspace-rebuilt",
+    "workspace-rebuild-failed",
     # the disk admin service (services/disks): resize, snapshot, restore, early reclaim
     "disk-resize-requested",
     "disk-resized",
@@ -63,6 +66,8 @@ _REASONS: dict[str, str] = {
     "workspace-stopped": "WorkspaceStopped",
     "workspace-rejected": "WorkspaceRejected",
     "duplicate-pod-removed": "WorkspaceDuplicateRemoved",
+    "workspace-rebuilt": "WorkspaceRebuilt",
+    "workspace-rebuild-failed": "WorkspaceRebuildFailed",
     "disk-resize-requested": "WorkspaceDiskResizing",
     "disk-resized": "WorkspaceDiskResized",
     "disk-snapshotted": "WorkspaceDiskSnapshotted",
@@ -78,6 +83,8 @@ _REASONS: dict[str, str] = {
 }
 _WARNINGS = {
     "disk-refused",
+    "workspace-rebuilt",
+    "workspace-rebuild-failed",
     "workspace-start-failed",
     "workspace-rejected",
     "duplicate-pod-removed",

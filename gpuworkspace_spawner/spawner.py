@@ -45,6 +45,7 @@ from .lifecycle.diskpolicy import (
 )
 from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .lifecycle.gpuholders import describe_gpu_holders
+from .lifecycle.healing import with_last_failure
 from .lifecycle.ownership import choose_home_claim
 from .lifecycle.phasetiming import PhaseClock
 from .lifecycle.retention import decide_home_disk
@@ -67,6 +68,7 @@ from .manifests.vm import vm_names
 from .probecredentials import STATE_KEY as PROBE_STATE_KEY
 from .probecredentials import issue_probe_token, probe_token_from_state, revoke_probe_tokens
 from .retaining import retain_server_disks
+from .selfhealing import FAILURE_KEY, SelfHealing
 from .spawnmetrics import observe_phases
 from .vmruntime import VMRuntime
 
@@ -80,7 +82,7 @@ _STATUS = {"forbidden-profile": 403}
 log = logging.getLogger("gpuworkspace.catalog")
 
 
-class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
+class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
     """Spawns catalog-defined GPU workspaces whose home disk outlives every stop and server deletion."""
 
     catalog_path = Unicode(
@@ -353,6 +355,8 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
 
     async def _start_workspace(self) -> Any:
         await self.load_user_options()
+        self._reset_healing()  # a new start: no stop intent, no rebuild history, no old failure
+        self.workspace_state.pop(FAILURE_KEY, None)
         self._issue_probe_credential()
         self._save_state_now()
         if self.runtime == "vm":
@@ -374,6 +378,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
             await self._audit("workspace-start-failed", "Pod", self.pod_name, f"{exc.reason}: {exc.message}")
             raise
         await self._audit("workspace-started", "Pod", self.pod_name, f"Workspace ready at {url}")
+        self._remember_pod(self._pod())  # what a rebuild copies
         await self._record_last_node(((self._pod() or {}).get("spec") or {}).get("nodeName"))
         return url
 
@@ -718,7 +723,7 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
                 vmi=None,
                 now=datetime.now(UTC),
             )
-        return to_json(state)
+        return with_last_failure(to_json(state), self.workspace_state.get(FAILURE_KEY))
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -773,7 +778,8 @@ class GPUWorkspaceSpawner(VMRuntime, KubeSpawner):
         runtime = self.runtime
         self._selection, self._catalog_version, self._rejected = None, "", False
         self._probe_token = None  # revoked by stop(); a start issues a new one
-        self.workspace_state = {"runtime": runtime}
+        failure = self.workspace_state.get(FAILURE_KEY)  # why self-healing gave up: the home page says
+        self.workspace_state = {"runtime": runtime, **({FAILURE_KEY: failure} if failure else {})}
 
     # --- audit ---------------------------------------------------------------------------------
 

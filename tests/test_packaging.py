@@ -64,6 +64,10 @@ def test_spawner_entry_point_and_public_surface() -> None:
         "unschedulable_timeout",
         "attach_failure_timeout",
         "audit_events",
+        "self_healing",
+        "heal_backoff",
+        "heal_window",
+        "heal_max_restarts",
     }
     for name in ours:  # every option is documented where JupyterHub users look: --help-all and the docs
         assert GPUWorkspaceSpawner.class_traits()[name].help.strip()

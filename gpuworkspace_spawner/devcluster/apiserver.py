@@ -408,6 +408,7 @@ class ApiServer:
             body, _ = await _read_body(request)
             return _respond(self._bind(pod, body), JSON, status=201)
         if sub == "eviction" and request.method == "POST":
+            self._mark_evicted(rt, pod)
             self.verbs.delete(rt, ns, name, {})
             return _respond(
                 {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}, JSON, 201
@@ -422,6 +423,29 @@ class ApiServer:
             return resp
         raise ApiError(
             405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+        )
+
+    def _mark_evicted(self, rt: Any, pod: Obj) -> None:
+        """The Eviction API's ``addConditionAndDeletePod`` (kubernetes pkg/registry/core/pod/storage/
+        eviction.go, PodDisruptionConditions, GA in 1.31): a running pod gets the ``DisruptionTarget``
+        condition, reason ``EvictionByEvictionAPI``, before the ordinary graceful delete. PDBs are not
+        checked: the devcluster serves none."""
+        meta, status = pod["metadata"], pod.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+            return
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "DisruptionTarget"]
+        conditions.append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "reason": "EvictionByEvictionAPI",
+                "message": "Eviction API: evicting",
+            }
+        )
+        patch = {"status": {"conditions": conditions}}
+        self.verbs.patch(
+            rt, meta["namespace"], meta["name"], patch, "application/merge-patch+json", subresource="status"
         )
 
     def _bind(self, pod: Obj, binding: Obj) -> Obj:

@@ -122,6 +122,13 @@ async def delete_pvc(
 
 
 @retry_unavailable
+async def create_pod(api: Api, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
+    return await _json(
+        api.create_namespaced_pod(namespace, body, _preload_content=False, _request_timeout=request_timeout)
+    )
+
+
+@retry_unavailable
 async def delete_pod(api: Api, namespace: str, name: str, *, grace_s: int, request_timeout: float) -> Obj:
     return await _json(
         api.delete_namespaced_pod(

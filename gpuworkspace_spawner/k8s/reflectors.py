@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner.reflector import ResourceReflector
-from traitlets import default
+from traitlets import default, validate
 
 from . import errors
 
@@ -67,3 +68,49 @@ def retrying(reflector_class: type[ResourceReflector]) -> type[ResourceReflector
         Retrying.__name__ = Retrying.__qualname__ = f"Retrying{reflector_class.__name__}"
         _RETRYING[reflector_class] = Retrying
     return _RETRYING[reflector_class]
+
+
+GONE_KEPT = 256  # deleted objects remembered per reflector (the newest)
+
+
+class LastSeen(dict[str, Any]):
+    """A reflector's cache that keeps the last copy of each object a DELETED watch event removes.
+
+    KubeSpawner's reflector drops a deleted object (``resources.pop(key)``); the copy it had (a pod with
+    its ``deletionTimestamp`` and ``DisruptionTarget`` condition) is what tells an eviction from a plain
+    delete. ``gone`` is shared by the reflector's successive caches (each re-list builds a new one).
+    """
+
+    def __init__(self, items: dict[str, Any], gone: OrderedDict[str, Any]) -> None:
+        super().__init__(items)
+        self.gone = gone
+
+    def pop(self, key: str, *default: Any) -> Any:
+        value = super().pop(key, *default)
+        if value is not None:
+            self.gone[key] = value
+            self.gone.move_to_end(key)
+            while len(self.gone) > GONE_KEPT:
+                self.gone.popitem(last=False)
+        return value
+
+
+_REMEMBERING: dict[type[ResourceReflector], type[ResourceReflector]] = {}
+
+
+def remembering(reflector_class: type[ResourceReflector]) -> type[ResourceReflector]:
+    """``reflector_class`` whose cache is a :class:`LastSeen` (``reflector.resources.gone``)."""
+    if reflector_class not in _REMEMBERING:
+
+        class Remembering(reflector_class):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                self._gone: OrderedDict[str, Any] = OrderedDict()
+                super().__init__(*args, **kwargs)
+
+            @validate("resources")
+            def _remember(self, proposal: Any) -> LastSeen:
+                return LastSeen(dict(proposal["value"]), self._gone)
+
+        Remembering.__name__ = Remembering.__qualname__ = f"Remembering{reflector_class.__name__}"
+        _REMEMBERING[reflector_class] = Remembering
+    return _REMEMBERING[reflector_class]

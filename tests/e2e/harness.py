@@ -327,6 +327,7 @@ c.JupyterHub.log_level = "DEBUG"
 # Shorter than production, so the tests see failures and vanished pods in seconds, not minutes.
 c.GPUWorkspaceSpawner.unschedulable_timeout = 5
 c.Spawner.poll_interval = 5
+c.GPUWorkspaceSpawner.heal_max_restarts = 2  # a crash loop gives up after ~15 s, not minutes
 """
 
 

@@ -111,9 +111,8 @@ def test_file_survives_stop_start_pod_deletion_and_hub_restart(stack: HubStack, 
     start(stack, user, "ws", {"profile": "cpu-small"})
     assert read_file(stack, user, "ws", "keep.txt") == "precious"
 
-    kubectl(stack, "delete", "pod", f"jupyter-{user}--ws", "--wait=true")
-    wait_for(lambda: stack.hub.server(user, "ws") is None, 90, "the hub to notice the deleted pod")
-    start(stack, user, "ws", {"profile": "cpu-small"})
+    kubectl(stack, "delete", "pod", f"jupyter-{user}--ws", "--wait=true")  # rebuilt by the spawner
+    wait_for(lambda: contents(stack, user, "ws", "keep.txt")[0] == 200, 90, "the rebuilt pod to serve")
     assert read_file(stack, user, "ws", "keep.txt") == "precious"
 
     stack.restart_hub()

@@ -141,11 +141,13 @@ class SimControl:
             )
         return {"node": node, "action": action, "forceDeletedPods": removed}
 
-    def kill(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> dict[str, Any]:
+    def kill(
+        self, namespace: str, name: str, sig: int = signal.SIGKILL, *, oom: bool = False
+    ) -> dict[str, Any]:
         return {
             "namespace": namespace,
             "pod": name,
-            "signalled": kill_pod_process(self.ctx, namespace, name, sig),
+            "signalled": kill_pod_process(self.ctx, namespace, name, sig, oom=oom),
         }
 
     def volume(self, namespace: str, pvc: str, action: str, leave_bytes: int = 0) -> dict[str, Any]:
@@ -221,8 +223,9 @@ def control_handlers(ctx: SimContext, control: SimControl | None = None) -> dict
         _methods(request, "POST")
         body = await _json(request)
         namespace, name = _text(body, "namespace"), _text(body, "pod")
-        _choice(body, "action", ("kill",))
-        return _reply(api.kill(namespace, name, _signal(body.get("signal"))))
+        action = _choice(body, "action", ("kill", "oom"))  # oom: SIGKILL, reported as OOMKilled
+        sig = signal.SIGKILL if action == "oom" else _signal(body.get("signal"))
+        return _reply(api.kill(namespace, name, sig, oom=action == "oom"))
 
     async def volume(request: web.Request) -> web.StreamResponse:
         _methods(request, "POST")

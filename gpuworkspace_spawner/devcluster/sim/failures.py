@@ -460,7 +460,9 @@ def clear_out_of_service_taint(ctx: SimContext, node: str) -> Obj:
 
 
 # ------------------------------------------------------------------ pods, volumes
-def kill_pod_process(ctx: SimContext, namespace: str, name: str, sig: int = signal.SIGKILL) -> int:
+def kill_pod_process(
+    ctx: SimContext, namespace: str, name: str, sig: int = signal.SIGKILL, *, oom: bool = False
+) -> int:
     """Signal a pod's container processes, as an OOM kill or a crash would; returns how many were signalled.
 
     Asks the pod's kubelet (``ctx.components["kubelet:<node>"]``): ``kill_pod(namespace, name, sig)`` when
@@ -472,7 +474,7 @@ def kill_pod_process(ctx: SimContext, namespace: str, name: str, sig: int = sign
     if kubelet is None:
         return 0
     if hasattr(kubelet, "kill_pod"):
-        return int(kubelet.kill_pod(namespace, name, sig))
+        return int(kubelet.kill_pod(namespace, name, sig, oom=oom))
     count = 0
     for pid in (
         kubelet.container_pids(namespace, name) if hasattr(kubelet, "container_pids") else {}

@@ -312,9 +312,9 @@ class Kubelet(SimController):
         return csi.volume_dir(self.ctx, handle)
 
     # ------------------------------------------------------------- controls
-    def kill_pod(self, namespace: str, name: str, sig: int) -> int:
+    def kill_pod(self, namespace: str, name: str, sig: int, *, oom: bool = False) -> int:
         worker = self.workers.get((namespace, name))
-        return worker.signal_all(sig) if worker is not None else 0
+        return worker.signal_all(sig, oom=oom) if worker is not None else 0
 
     def container_pids(self, namespace: str, name: str) -> dict[str, int]:
         worker = self.workers.get((namespace, name))

@@ -395,7 +395,10 @@ class PodWorker:
         if prober is not None:
             prober.cancel()
         code = proc.returncode if proc.returncode is not None else 137
-        run.terminated = terminated(code, run.started_at, rfc3339(proc.finished_ns), run.container_id)
+        oom = "OOMKilled" if getattr(proc, "oom_killed", False) else ""
+        run.terminated = terminated(
+            code, run.started_at, rfc3339(proc.finished_ns), run.container_id, reason=oom
+        )
         run.started_at, run.ready, run.started, run.waiting = None, False, False, None
         run.finished_mono = time.monotonic()
         if (proc.finished_ns - proc.started_ns) / 1e9 >= self.k.config.backoff_reset_s:
@@ -498,10 +501,16 @@ class PodWorker:
             self._wake.clear()
 
     # ------------------------------------------------------------- controls
-    def signal_all(self, sig: int) -> int:
-        """Deliver ``sig`` to every running container (fault injection: a crash or an OOM kill)."""
+    def signal_all(self, sig: int, *, oom: bool = False) -> int:
+        """Deliver ``sig`` to every running container (fault injection: a crash or an OOM kill).
+
+        ``oom``: the kernel's OOM killer did it, so the termination says ``OOMKilled`` (exit code 137,
+        SIGKILL), as containerd's CRI plugin reports it (``oomExitReason``) and the kubelet copies it.
+        """
         running = [p for p in self.procs.values() if p.running]
         for proc in running:
+            if oom:
+                proc.oom_killed = True
             proc.signal(sig)
         return len(running)
 

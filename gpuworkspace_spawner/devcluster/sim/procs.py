@@ -46,6 +46,7 @@ class ContainerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.exited = asyncio.Event()
         self.returncode: int | None = None
+        self.oom_killed = False  # killed as the kernel's OOM killer would: the runtime says OOMKilled
         self.started_ns = 0
         self.finished_ns = 0
         self._partial: dict[int, bytes] = {}

@@ -467,6 +467,8 @@ async def test_control_api_over_http(cluster: DevCluster, ctx: SimContext) -> No
             "POST", "/pod", {"namespace": NS, "pod": "victim", "action": "kill", "signal": "TERM"}
         )
         assert (status, got["signalled"]) == (200, 0)
+        status, got = await call("POST", "/pod", {"namespace": NS, "pod": "victim", "action": "oom"})
+        assert (status, got["signalled"]) == (200, 0)
         status, err = await call(
             "POST", "/pod", {"namespace": NS, "pod": "victim", "action": "kill", "signal": "NOPE"}
         )

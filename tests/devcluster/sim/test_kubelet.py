@@ -709,3 +709,18 @@ def test_mount_table_keys_are_the_container_paths(tmp_path: Path) -> None:
     assert table.to_host("/var/run/disk/x") == tmp_path / "d" / "x"
     assert table.to_host("//home/jovyan") == tmp_path / "h"
     assert table.to_host("etc/passwd") == tmp_path / "pods" / "ns" / "p" / "c" / "root" / "etc" / "passwd"
+
+
+async def test_oom_kill_under_restart_policy_never_fails_the_pod_as_oomkilled(sim: Sim) -> None:
+    """The runtime reports a kernel OOM kill as ``OOMKilled``/137 (containerd's CRI ``oomExitReason``);
+    under ``restartPolicy: Never`` the pod ends ``Failed``, what the spawner's self-healing rebuilds."""
+    sim.create_pod(
+        "hungry",
+        [{"name": "c", "image": "ubuntu:24.04", "command": ["sleep", "300"]}],
+        restartPolicy="Never",
+    )
+    await eventually(lambda: sim.condition("hungry", "Ready") == "True")
+    assert sim.kubelet.kill_pod("default", "hungry", 9, oom=True) == 1
+    await eventually(lambda: sim.pod("hungry")["status"]["phase"] == "Failed")  # type: ignore[index]
+    assert sim.status("hungry")["state"]["terminated"]["reason"] == "OOMKilled"
+    assert sim.status("hungry")["state"]["terminated"]["exitCode"] == 137
