@@ -4,10 +4,11 @@ The model is what ``GET /hub/api/user`` answers for the token (HubAuth): ``name`
 token's expanded ``scopes``. Permissions are the token's scopes, never the account's, so a token created
 with fewer scopes gets fewer rights:
 
-- admin operations (resize, snapshot, reclaim, every workspace): ``admin:servers``;
-- restoring a disk from one of its snapshots: ``admin:servers``, or the owner's ``servers`` scope for
-  themselves (every user's own API tokens have it), or the owner's OAuth login to this service (the
-  page; its form carries an XSRF token);
+- admin operations (reclaim, transfer, every workspace): ``admin:servers``;
+- growing a disk (up to its profile's limit), taking a manual snapshot of it (up to
+  ``Settings.owner_snapshots_max`` per disk) and restoring it from one of its snapshots:
+  ``admin:servers``, or the owner's ``servers`` scope for themselves (every user's own API tokens have
+  it), or the owner's OAuth login to this service (the page; its form carries an XSRF token);
 - reading a user's workspaces and snapshots: ``read:servers`` for that user (every user's own API
   tokens have it for themselves), or, for the user themselves, the OAuth token this service obtained
   in a browser (``access:services!service=<this service>``).
@@ -43,8 +44,9 @@ def may_read(model: Mapping[str, Any], user: str, *, service: str) -> bool:
     return own and bool(check_scopes({f"access:services!service={service}"}, scopes))
 
 
-def may_restore(model: Mapping[str, Any], user: str, *, service: str) -> bool:
-    """Whether the caller may restore ``user``'s disks: an admin, or ``user`` themselves (see above)."""
+def may_change(model: Mapping[str, Any], user: str, *, service: str) -> bool:
+    """Whether the caller may grow, snapshot and restore ``user``'s disks: an admin, or ``user``
+    themselves (see above)."""
     if is_admin(model):
         return True
     if not user:

@@ -303,6 +303,12 @@ def _parser() -> argparse.ArgumentParser:
         help="without a profile max size: at most this times the profile's size",
     )
     parser.add_argument(
+        "--owner-snapshots-max",
+        type=int,
+        default=10,
+        help="manual snapshots an owner may keep of one disk (admins: no limit)",
+    )
+    parser.add_argument(
         "--alert-threshold",
         type=float,
         default=float(os.environ.get("GPUWS_DISK_ALERT_THRESHOLD") or 0.9),
@@ -372,6 +378,7 @@ async def serve(args: argparse.Namespace) -> int:
         service_name=os.environ.get("JUPYTERHUB_SERVICE_NAME") or "gpuworkspace-disks",
         snapshot_class=args.snapshot_class,
         max_factor=args.max_factor,
+        owner_snapshots_max=args.owner_snapshots_max,
         resize_timeout_s=min(timeout, 60),
         snapshot_timeout_s=timeout,
         delete_timeout_s=timeout,

@@ -75,6 +75,7 @@ class Settings:
     bind_timeout_s: float = 300
     request_timeout_s: float = 30
     events: bool = True
+    owner_snapshots_max: int = 10  # manual snapshots an owner may keep of one disk (admins: no limit)
 
 
 class DiskOperations:
@@ -144,6 +145,31 @@ class DiskOperations:
             raise ServiceError(403, f"{access.who(caller)} may not see the disks of {owner(claim)[0]}")
         return claim
 
+    async def changeable_claim(self, caller: Obj, name: str, doing: str) -> Obj:
+        """The claim ``name`` if the caller may change it (an admin, or its owner): 404/403 first."""
+        claim = await self.readable_claim(caller, name)
+        who, service = owner(claim)[0], self.settings.service_name
+        if not access.may_change(caller, who, service=service):
+            raise ServiceError(
+                403,
+                f"{doing} {who}'s disk needs admin:servers or {who}'s own servers scope; "
+                f"{access.who(caller)} lacks both",
+            )
+        return claim
+
+    async def _refuse_owner_snapshot_beyond_limit(self, caller: Obj, claim: Obj) -> None:
+        """An owner keeps at most ``owner_snapshots_max`` manual snapshots of a disk (admins: no limit)."""
+        if access.is_admin(caller):
+            return
+        name, limit = claim["metadata"]["name"], self.settings.owner_snapshots_max
+        manual = [s for s in await self.snapshots(caller, name) if s.get("kind") == SNAPSHOT_MANUAL]
+        if len(manual) >= limit:
+            raise ServiceError(
+                409,
+                f"{name} already has {len(manual)} manual snapshots, the most its owner may keep "
+                f"({limit}); an admin can delete old ones",
+            )
+
     def require_admin(self, caller: Obj, what: str) -> None:
         if not access.is_admin(caller):
             raise ServiceError(403, f"{what} needs the admin:servers scope; {access.who(caller)} lacks it")
@@ -210,8 +236,7 @@ class DiskOperations:
         return bool(sc.get("allowVolumeExpansion"))
 
     async def resize(self, caller: Obj, name: str, size: str) -> Obj:
-        self.require_admin(caller, "resizing a disk")
-        claim = await self.claim(name)
+        claim = await self.changeable_claim(caller, name, "resizing")
         verdict = decide_resize(
             claim, size, limit=self.size_limit(claim), expandable=await self._expandable(claim)
         )
@@ -304,11 +329,11 @@ class DiskOperations:
         return snap, ready
 
     async def snapshot(self, caller: Obj, name: str, snapshot: str | None) -> tuple[Obj, bool]:
-        self.require_admin(caller, "taking a snapshot")
-        claim = await self.claim(name)
+        claim = await self.changeable_claim(caller, name, "snapshotting")
         base = ours(claim)
         if not base.allowed:
             raise await self._refuse(base, claim, caller, "snapshot")
+        await self._refuse_owner_snapshot_beyond_limit(caller, claim)
         snap_name = snapshot or snapshot_name(name, datetime.now(UTC), SNAPSHOT_MANUAL)
         if not _DNS_SUBDOMAIN.fullmatch(snap_name):
             raise ServiceError(400, f"snapshot name {snap_name!r} is not a valid object name (DNS subdomain)")
@@ -325,14 +350,7 @@ class DiskOperations:
             return None
 
     async def restore(self, caller: Obj, name: str, snapshot: str) -> Obj:
-        claim = await self.readable_claim(caller, name)  # 404/403 before anything is written
-        who, service = owner(claim)[0], self.settings.service_name
-        if not access.may_restore(caller, who, service=service):
-            raise ServiceError(
-                403,
-                f"restoring {who}'s disk needs admin:servers or {who}'s own servers scope; "
-                f"{access.who(caller)} lacks both",
-            )
+        claim = await self.changeable_claim(caller, name, "restoring")
         root_refusal = restore_refusal(claim)
         if root_refusal:
             raise await self._refuse(Verdict(False, root_refusal, "conflict"), claim, caller, "restore")

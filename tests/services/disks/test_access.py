@@ -1,12 +1,16 @@
-"""Who may restore a disk: admins, and the owner (own servers scope, or own OAuth login here); nobody else."""
+"""Who may grow, snapshot and restore a disk: admins, and the owner (own servers scope, or own OAuth login
+here); nobody else."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.services.disks.access import may_restore
+from gpuworkspace_spawner.services.disks.access import may_change
+from gpuworkspace_spawner.services.disks.operations import DiskOperations, Settings
+from gpuworkspace_spawner.services.serving import ServiceError
 
 SERVICE = "gpuworkspace-disks"
 
@@ -41,5 +45,30 @@ def model(name: str, *scopes: str, kind: str = "user") -> dict[str, Any]:
         pytest.param(model("root", "admin:servers"), "", True, id="admin-ownerless-disk"),
     ],
 )
-def test_who_may_restore(caller: dict[str, Any], owner: str, allowed: bool) -> None:
-    assert may_restore(caller, owner, service=SERVICE) is allowed
+def test_who_may_change(caller: dict[str, Any], owner: str, allowed: bool) -> None:
+    assert may_change(caller, owner, service=SERVICE) is allowed
+
+
+def _ops_with_manual_snapshots(count: int, limit: int) -> DiskOperations:
+    ops = DiskOperations(None, Settings(owner_snapshots_max=limit), None, None)
+
+    async def snapshots(caller: dict[str, Any], name: str) -> list[dict[str, Any]]:
+        manual = [{"name": f"{name}-snap-{i}", "kind": "manual"} for i in range(count)]
+        return [*manual, {"name": f"{name}-scheduled-0", "kind": "scheduled"}]  # not counted
+
+    ops.snapshots = snapshots  # type: ignore[method-assign]
+    return ops
+
+
+CLAIM = {"metadata": {"name": "home-alice"}}
+
+
+def test_an_owner_keeps_at_most_the_limit_of_manual_snapshots_an_admin_has_none() -> None:
+    owner = model("alice", "servers!user=alice")
+    asyncio.run(_ops_with_manual_snapshots(2, 3)._refuse_owner_snapshot_beyond_limit(owner, CLAIM))
+    with pytest.raises(ServiceError) as refused:
+        asyncio.run(_ops_with_manual_snapshots(3, 3)._refuse_owner_snapshot_beyond_limit(owner, CLAIM))
+    assert refused.value.status == 409
+    assert "home-alice already has 3 manual snapshots, the most its owner may keep (3)" in str(refused.value)
+    admin = model("root", "admin:servers")
+    asyncio.run(_ops_with_manual_snapshots(9, 3)._refuse_owner_snapshot_beyond_limit(admin, CLAIM))
