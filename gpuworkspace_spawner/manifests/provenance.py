@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuworkspace_spawner.catalog.model import WorkspaceProfile
+from gpuworkspace_spawner.manifests.conventions import convention_mounts
 from gpuworkspace_spawner.manifests.names import WorkspaceContext, image_digest
 from gpuworkspace_spawner.manifests.pod import workspace_volumes
 from gpuworkspace_spawner.manifests.vm import ROOT_DISK
@@ -67,7 +68,12 @@ def build_start_details(ws: WorkspaceContext) -> dict[str, Any]:
         data_source = f"{profile.vm.data_source_namespace}/{profile.vm.data_source_name}"
         mount = {"volume": ROOT_DISK, "mount_path": "/", "claim": ws.home_claim, "read_only": False}
         return {**details, "image": "", "image_digest": "", "data_source": data_source, "mounts": [mount]}
-    mounts = [_mount(v.volume, v.mount) for v in workspace_volumes(ws)]
+    volumes = list(workspace_volumes(ws))
+    by_name = {v.volume["name"]: v.volume for v in volumes}
+    ours = convention_mounts(ws)  # as apply_conventions puts them: they replace mounts at their paths
+    paths = {m["mountPath"] for m in ours}
+    mounts = [_mount(v.volume, v.mount) for v in volumes if v.mount["mountPath"] not in paths]
+    mounts += [_mount(by_name.get(m["name"], {}), m) for m in ours]
     image = profile.image or ""
     return {**details, "image": image, "image_digest": image_digest(image), "mounts": mounts}
 

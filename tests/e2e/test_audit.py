@@ -96,8 +96,8 @@ def test_a_start_record_names_image_mounts_and_gpu_and_costs_two_events(stack: H
     assert (details["team"], details["team_source"]) == ("audit", "group team-audit")
     mounts = {m["volume"]: m for m in details["mounts"]}
     assert mounts["home"]["claim"] == claim_name and mounts["home"]["mount_path"] == "/home/jovyan"
-    pod_mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
-    assert {v: m["mount_path"] for v, m in mounts.items()}.items() <= pod_mounts.items()
+    pod_mounts = {(m["name"], m["mountPath"]) for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert {(m["volume"], m["mount_path"]) for m in details["mounts"]} == pod_mounts
 
     stack.hub.stop_server(USER, SERVER)
     # the cost of the default audit_events = "all": every write of this start/stop cycle, by the hub

@@ -100,7 +100,7 @@ def test_start_details_of_a_gpu_container() -> None:
     assert details["image_digest"] == CUDA_DIGEST
     assert (details["team"], details["team_source"]) == ("nlp", "catalog")
     assert details["gpu"] == {"mode": "exclusive", "resources": {"nvidia.com/gpu": "1"}}
-    mounts = {m["volume"]: m for m in details["mounts"]}
+    mounts = {m["volume"]: m for m in details["mounts"] if m["mount_path"] != "/workspace"}
     assert mounts["home"] == {
         "volume": "home",
         "mount_path": "/home/jovyan",
@@ -124,7 +124,20 @@ def test_start_details_of_a_gpu_container() -> None:
         "/models",
         "/teams/nlp",
         "/teams/docs",
+        # the conventions (manifests/conventions.py), as the pod has them
+        "/workspace",
+        "/etc/gpuworkspace",
+        "/home/jovyan/README-WORKSPACE.md",
+        "/etc/profile.d/gpuworkspace-banner.sh",
     ]
+    workspace = next(m for m in details["mounts"] if m["mount_path"] == "/workspace")
+    assert workspace == {
+        "volume": "home",
+        "mount_path": "/workspace",
+        "claim": "home-alice",
+        "read_only": False,
+        "sub_path": "workspace",
+    }
 
 
 @pytest.mark.parametrize(
