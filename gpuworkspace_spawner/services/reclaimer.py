@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="report what would be deleted; delete nothing")
     parser.add_argument(
         "--metrics-listen",
-        default="",
+        default=None,  # not "": argparse passes a string default through ``type`` too
         type=_listen_address,
         help="serve Prometheus metrics at /metrics on [HOST]:PORT (':9502': every interface; default: none)",
     )
@@ -247,7 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return asyncio.run(
-            run(args.namespace, once=args.once, dry_run=args.dry_run, metrics_listen=args.metrics_listen)
+            run(
+                args.namespace, once=args.once, dry_run=args.dry_run, metrics_listen=args.metrics_listen or ""
+            )
         )
     except KeyboardInterrupt:  # JupyterHub stops its managed services with SIGINT
         return 0

@@ -94,8 +94,9 @@ def test_a_start_record_names_image_mounts_and_gpu_and_costs_two_events(stack: H
     assert details["image_digest"] == DIGEST
     assert details["gpu"] == {"mode": "mig", "resources": {"nvidia.com/mig-1g.10gb": "1"}}
     assert (details["team"], details["team_source"]) == ("audit", "group team-audit")
-    mounts = {m["volume"]: m for m in details["mounts"]}
-    assert mounts["home"]["claim"] == claim_name and mounts["home"]["mount_path"] == "/home/jovyan"
+    mounts = {m["mount_path"]: m for m in details["mounts"]}
+    assert mounts["/home/jovyan"]["claim"] == claim_name and mounts["/home/jovyan"]["volume"] == "home"
+    assert mounts["/workspace"]["claim"] == claim_name and mounts["/workspace"]["sub_path"] == "workspace"
     pod_mounts = {(m["name"], m["mountPath"]) for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert {(m["volume"], m["mount_path"]) for m in details["mounts"]} == pod_mounts
 

@@ -133,3 +133,15 @@ def test_a_bad_metrics_address_is_refused_naming_the_option(
         reclaimer.main(["--metrics-listen", value])
     err = capsys.readouterr().err
     assert "--metrics-listen" in err and "[HOST]:PORT" in err, err
+
+
+def test_without_the_option_the_reclaimer_runs_with_no_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    async def fake_run(namespace: str, **options: Any) -> int:
+        seen.update(options, namespace=namespace)
+        return 0
+
+    monkeypatch.setattr(reclaimer, "run", fake_run)
+    assert reclaimer.main(["--namespace", "ns", "--once"]) == 0
+    assert seen == {"namespace": "ns", "once": True, "dry_run": False, "metrics_listen": ""}
