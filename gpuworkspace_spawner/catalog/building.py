@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from .editors import declared_editors, image_reference
 from .model import (
     Access,
     Checkpoints,
@@ -56,11 +57,12 @@ def build_node_pools(spec: Mapping[str, Any]) -> dict[str, NodePool]:
     return pools
 
 
-def build_ide(value: object) -> IdeChoice:
+def build_ide(value: object, declared: tuple[Ide, ...] = ("code-server", "jupyterlab")) -> IdeChoice:
+    """The ``ide`` field; without choices the profile offers what its image declares (``declared``)."""
     if isinstance(value, str):
         return IdeChoice(default=cast(Ide, value), choices=(cast(Ide, value),))
     spec = value if isinstance(value, dict) else {}
-    choices = tuple(cast(list[Ide], spec.get("choices", ["code-server", "jupyterlab"])))
+    choices = tuple(cast(list[Ide], spec["choices"])) if "choices" in spec else declared
     return IdeChoice(default=cast(Ide, spec.get("default", default_ide(choices))), choices=choices)
 
 
@@ -191,7 +193,7 @@ def build_profile(body: Mapping[str, Any], pools: Mapping[str, NodePool], source
     return WorkspaceProfile(
         slug=body["metadata"]["name"],
         display_name=spec["displayName"],
-        image=spec.get("image"),
+        image=cast("str | None", image_reference(spec.get("image"))),
         description=spec.get("description", ""),
         runtime=cast(Runtime, spec.get("runtime", "container")),
         resources=_resources(spec.get("resources", {})),
@@ -203,7 +205,8 @@ def build_profile(body: Mapping[str, Any], pools: Mapping[str, NodePool], source
         storage=_storage(spec.get("storage", {})),
         session=_session(spec.get("session", {})),
         security=_security(spec.get("security", {})),
-        ide=build_ide(spec.get("ide", {})),
+        ide=build_ide(spec.get("ide", {}), declared_editors(spec)),
+        editors=declared_editors(spec),
         access=Access(groups=frozenset(access.get("groups", [])), users=frozenset(access.get("users", []))),
         cost_center=spec.get("costCenter"),
         team=spec.get("team"),

@@ -14,6 +14,7 @@ from typing import Any
 
 from .building import default_ide, quantity_text
 from .checkpoints import check_checkpoints
+from .editors import check_editors, image_reference, offered_editors
 from .model import HomeStorage, VmSpec
 from .units import (
     GPU_RESOURCE,
@@ -59,12 +60,15 @@ def check_image(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[
             "required field is missing: a container profile needs an image (repo@sha256:<digest>)",
         )
         return
-    image = spec["image"]
+    image = image_reference(spec["image"])
+    field = "spec.image.reference" if isinstance(spec["image"], Mapping) else "spec.image"
+    if not isinstance(image, str):
+        return  # the schema reports it
     if not IMAGE_REFERENCE_RE.match(image):
-        yield "spec.image", f"{image!r} is not a valid image reference (registry/repository@sha256:<64 hex>)"
+        yield field, f"{image!r} is not a valid image reference (registry/repository@sha256:<64 hex>)"
     elif not settings.allow_image_tags and not IMAGE_DIGEST_RE.match(image):
         yield (
-            "spec.image",
+            field,
             f"{image!r} must be pinned by digest (repo@sha256:<64 hex digits>): a tag can move, so the "
             "catalog version would not say what runs; to allow tags, set allowImageTags: true in the "
             "WorkspaceCatalog document",
@@ -341,8 +345,8 @@ def check_session(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterato
 def check_ide(spec: Mapping[str, Any], settings: CatalogSettings) -> Iterator[Finding]:
     ide = spec.get("ide")
     if isinstance(ide, dict):
-        choices = tuple(ide.get("choices", ["code-server", "jupyterlab"]))
-        default = ide.get("default", default_ide(choices))
+        choices = offered_editors(spec)[0]
+        default = ide.get("default", default_ide(choices) if choices else None)
         if default not in choices:
             yield "spec.ide.default", f"{default!r} is not one of the choices {list(choices)}"
 
@@ -478,6 +482,7 @@ CHECKS: tuple[Callable[[Mapping[str, Any], CatalogSettings], Iterator[Finding]],
     check_home_policies,
     check_session,
     check_ide,
+    check_editors,
     check_vm_fields,
     check_vm_gpus,
     check_vm_resources,

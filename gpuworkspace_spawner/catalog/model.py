@@ -215,6 +215,7 @@ class WorkspaceProfile:
     session: Session = field(default_factory=Session)
     security: Security = field(default_factory=Security)
     ide: IdeChoice = field(default_factory=IdeChoice)
+    editors: tuple[Ide, ...] = IDES  # what the image declares (catalog/editors.py); ide.choices is within it
     access: Access = field(default_factory=Access)
     cost_center: str | None = None
     team: str | None = None  # the team label of its workspaces; None: from the user's groups (provenance.py)

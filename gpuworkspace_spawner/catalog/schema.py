@@ -191,6 +191,27 @@ IDE: dict[str, Any] = {
     ],
     "errorMessage": "{value} is not an editor: use code-server or jupyterlab, or {default: ..., choices: [...]}",
 }
+EDITORS: dict[str, Any] = {
+    "type": "array",
+    "items": {"enum": list(IDES), "errorMessage": "{value} is not an editor: use code-server or jupyterlab"},
+    "minItems": 1,
+    "uniqueItems": True,
+}
+IMAGE_REFERENCE: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 512,
+    "pattern": r"^\S+$",
+    "errorMessage": "{value} is not an image reference (repo@sha256:<digest>)",
+}
+# the short form declares JupyterLab only; the long form lists what the image contains (catalog/editors.py)
+IMAGE: dict[str, Any] = {
+    "oneOf": [
+        IMAGE_REFERENCE,
+        _obj({"reference": IMAGE_REFERENCE, "editors": EDITORS}, required=("reference", "editors")),
+    ],
+    "errorMessage": "{value} is not an image: use repo@sha256:<digest>, or {reference: ..., editors: [...]}",
+}
 NAMES: dict[str, Any] = {"type": "array", "items": _string(256), "uniqueItems": True, "maxItems": 1000}
 COUNT: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 1024}
 DEVICE_NAME: dict[str, Any] = {
@@ -201,7 +222,9 @@ DEVICE_NAME: dict[str, Any] = {
 }
 VM: dict[str, Any] = _obj(
     {
-        "dataSource": _obj({"name": DNS_LABEL, "namespace": DNS_LABEL}, required=("name", "namespace")),
+        "dataSource": _obj(
+            {"name": DNS_LABEL, "namespace": DNS_LABEL, "editors": EDITORS}, required=("name", "namespace")
+        ),
         "rootDisk": _obj(
             {
                 "size": QUANTITY,
@@ -269,13 +292,7 @@ PROFILE_SPEC: dict[str, Any] = _obj(
         "displayName": _string(100),
         "description": _string(2000, min_length=0),
         "runtime": {"enum": ["container", "vm"]},
-        "image": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 512,
-            "pattern": r"^\S+$",
-            "errorMessage": "{value} is not an image reference (repo@sha256:<digest>)",
-        },
+        "image": IMAGE,
         "resources": _obj({"requests": RESOURCE_MAP, "limits": RESOURCE_MAP}),
         "placement": _obj(
             {

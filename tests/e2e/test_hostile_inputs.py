@@ -116,7 +116,8 @@ OPTION_CASES = [
     ("forged-zero-width", {"profile": "cpu-small\u200b"}, 400, "There is no profile"),
     ("forged-cyrillic", {"profile": "\u0441pu-small"}, 400, "There is no profile"),
     ("forged-ide", {"profile": "cpu-small", "ide": "code-server; rm -rf /"}, 400, "is not available"),
-    ("vm-ide", {"profile": "vm-workstation", "ide": "code-server"}, 400, "Choose one of: jupyterlab"),
+    # base-notebook declares JupyterLab only: code-server is not offered with it (image-contract.md)
+    ("undeclared-ide", {"profile": "cpu-small", "ide": "code-server"}, 400, "Choose one of: jupyterlab."),
     (
         "override",
         {"profile": "cpu-small", "kubespawner_override": {"image": "evil"}},

@@ -114,32 +114,6 @@ def test_more_gpus_than_a_node_has_fails_with_reason_unschedulable(stack: HubSta
     wait_for(lambda: stack.hub.server("gpufail", "x") is None, 60, "the failed server to be cleaned up")
 
 
-def test_code_server_choice_wires_jupyter_vscode_proxy(stack: HubStack) -> None:
-    ensure_user(stack, "coder")
-    stack.hub.start_server("coder", "ide", {"profile": "cpu-small", "ide": "code-server"})
-    stack.hub.wait_ready("coder", "ide")
-    try:
-        env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig)}
-        pod = json.loads(
-            subprocess.run(
-                ["kubectl", "-n", NS, "get", "pod", "jupyter-coder--ide", "-o", "json"],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-        )
-        container_env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-        assert container_env["JUPYTERHUB_DEFAULT_URL"] == "/vscode/"
-        assert container_env["GPUWORKSPACE_IDE"] == "code-server"
-        url = f"{stack.url}/user/coder/ide/server-proxy/servers-info"
-        status, raw = http("GET", url, headers={"Authorization": f"token {stack.admin_token}"})
-        assert status == 200, raw[:200]
-        assert "vscode" in {s["name"] for s in json.loads(raw)["server_processes"]}
-    finally:
-        stack.hub.stop_server("coder", "ide")
-
-
 def test_catalog_changes_are_picked_up_and_a_broken_change_keeps_the_last_good(
     stack: HubStack, e2e_catalog: Path
 ) -> None:

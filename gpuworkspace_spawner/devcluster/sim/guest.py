@@ -30,6 +30,15 @@ bin dir first), run with ``--ServerApp.root_dir=<root>`` (or ``SINGLEUSER_ROOT_D
 as root. ``HOME`` (a guest path, default ``/root``) and ``JUPYTERHUB_SERVICE_URL``'s host are mapped to the
 root / pod IP. SIGTERM (the pod's deletion) stops the server and exits 0 -- a clean guest shutdown; if the
 server exits by itself the guest "powers off" with its exit code.
+
+The golden image follows the image contract (``docs/reference/image-contract.md``) for both editors: its
+Jupyter server proxies ``/vscode/`` to code-server on the guest's loopback port 8080 with
+jupyter-server-proxy (started on first use), so code-server is only reachable through the single-user
+server's hub authentication; the VM exposes 8888 alone. Here code-server is the stand-in of
+``sim/codeserver.py`` (``standin-bin/`` is put in front of ``PATH``), and, because every simulated guest
+shares the host's loopback, the guest's port 8080 is a free host port chosen at boot (``CODE_SERVER_PORT``
+is what the real image uses). The image's config is written to a private directory named by
+``JUPYTER_CONFIG_PATH``, not onto the root disk.
 """
 
 from __future__ import annotations
@@ -40,9 +49,12 @@ import gzip
 import json
 import os
 import shlex
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +69,8 @@ OUTPUT_LOG = "/var/log/cloud-init-output.log"
 PORT = 8888
 CLOUD_INIT = "Cloud-init v. 24.1.3-0ubuntu3.3"
 STOP_TIMEOUT_S = 20.0
+CODE_SERVER_PORT = 8080  # the golden image's code-server, on the guest's loopback only
+STANDIN_BIN = Path(__file__).with_name("standin-bin")
 _T0 = time.monotonic()
 
 
@@ -201,6 +215,30 @@ def service_env(guest: Guest, env: dict[str, str], ip: str) -> tuple[dict[str, s
     return out, home, root_dir or guest.root
 
 
+def code_server_config(port: int) -> dict[str, Any]:
+    """The golden image's Jupyter server config for code-server (the image contract's, with ``port``)."""
+    command = ["code-server", "--bind-addr", "127.0.0.1:{port}", "--auth", "none", "--disable-telemetry"]
+    server = {"command": command, "port": port, "timeout": 60, "launcher_entry": {"title": "VS Code"}}
+    return {"ServerProxy": {"servers": {"vscode": server}}}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def with_code_server(env: dict[str, str], config_dir: Path, port: int) -> dict[str, str]:
+    """The service environment with the golden image's code-server wiring (see the module docstring)."""
+    (config_dir / "jupyter_server_config.json").write_text(json.dumps(code_server_config(port), indent=1))
+    paths = [str(config_dir), *filter(None, [env.get("JUPYTER_CONFIG_PATH")])]
+    return {
+        **env,
+        "JUPYTER_CONFIG_PATH": os.pathsep.join(paths),
+        "PATH": os.pathsep.join([str(STANDIN_BIN), env.get("PATH", os.defpath)]),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="guest", add_help=False, allow_abbrev=False)
     parser.add_argument("--ip", "--ServerApp.ip", dest="ip", default=os.environ.get("POD_IP", "127.0.0.1"))
@@ -217,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     with log_path.open("a") as log:
         guest = Guest(root, log)
         env, home, root_dir = service_env(guest, boot(guest, mounts), args.ip)
+        config_dir = Path(tempfile.mkdtemp(prefix="guest-jupyter-"))
+        port = free_port()
+        env = with_code_server(env, config_dir, port)
+        guest.say(f"code-server: guest port {CODE_SERVER_PORT} is host port {port}, proxied at /vscode/")
         command = server_argv(env, root_dir, args.ip, Path(sys.executable).parent)
         guest.say(f"starting single-user service: {shlex.join(command)}")
         server = subprocess.Popen(command, env=env, cwd=home)
@@ -234,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             if stopping and time.monotonic() - stopping[0] > STOP_TIMEOUT_S:
                 server.kill()
             time.sleep(0.1)
+        shutil.rmtree(config_dir, ignore_errors=True)
         guest.say(f"single-user service exited with {server.returncode}; powering off")
         return 0 if stopping else server.returncode
 

@@ -10,6 +10,10 @@ home, env) and how the command maps to a host executable:
   is not installed here; the real image runs ``jupyter lab``);
 - ``python:*`` runs this interpreter for ``python``/``python3``;
 - ``busybox``/``alpine``/``ubuntu``/``debian`` run ``/bin/sh`` (``/bin/bash``) for shell commands;
+- ``gpuworkspace.dev/workspace-notebook:*`` is a notebook image built by the image contract
+  (``docs/reference/image-contract.md``): base-notebook plus code-server and jupyter-vscode-proxy. It runs
+  like the single-user images, with ``sim/standin-bin`` in front of ``PATH``: jupyter-vscode-proxy (installed
+  here) finds its ``code-server``, the stand-in of ``sim/codeserver.py`` (code-server cannot be installed);
 - ``gpuworkspace.dev/lite-singleuser:*`` runs ``python -m ...sim.lite_server`` for ``jupyterhub-singleuser``:
   one small process answering like the single-user server, for scale tests (the kubelet serves these
   launches as listeners in one shared process per node, ``sim/lite_pool.py``);
@@ -37,6 +41,9 @@ NOTEBOOK_REPOS = (
     "/k8s-singleuser-sample",
 )
 LITE_REPO = "gpuworkspace.dev/lite-singleuser"
+WORKSPACE_REPO = "gpuworkspace.dev/workspace-notebook"  # declares code-server: the stand-in is on its PATH
+STANDIN_BIN = posixpath.join(posixpath.dirname(__file__), "standin-bin")
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # podlaunch.DEFAULT_PATH
 LITE_MODULE = "gpuworkspace_spawner.devcluster.sim.lite_server"
 # KubeVirt's launcher runs the simulated guest (sim/guest.py), which boots from the root disk's directory.
 LAUNCHER_REPO = "quay.io/kubevirt/virt-launcher"
@@ -105,8 +112,11 @@ def lookup(image: str) -> Image | None:
     repo, tag = normalize(image)
     ref = repo + (tag if tag.startswith("@") else f":{tag}")
     path = repo.split("/", 1)[1]
-    if repo.endswith(NOTEBOOK_REPOS) or path == "jupyterhub/singleuser":
+    if repo.endswith(NOTEBOOK_REPOS) or path == "jupyterhub/singleuser" or repo == WORKSPACE_REPO:
         start = "start-notebook.py" if "notebook" in path else "jupyterhub-singleuser"
+        env = _NOTEBOOK_ENV
+        if repo == WORKSPACE_REPO:
+            env = {**_NOTEBOOK_ENV, "PATH": f"{STANDIN_BIN}:{IMAGE_PATH}"}
         return Image(
             "notebook",
             ref,
@@ -115,7 +125,7 @@ def lookup(image: str) -> Image | None:
             (start,),
             "/home/jovyan",
             "/home/jovyan",
-            _NOTEBOOK_ENV,
+            env,
         )
     if repo == LAUNCHER_REPO:
         return Image("launcher", ref, 412_090_368, (), ("/usr/bin/virt-launcher-monitor",))

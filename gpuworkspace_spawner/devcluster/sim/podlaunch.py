@@ -4,7 +4,8 @@ The environment is the image's (``PATH``, ``HOME``, ``LANG``…) under the conta
 ``envFrom``), plus ``HOSTNAME`` = pod name, ``GPUWORKSPACE_MOUNTS`` (JSON container path → host dir) and
 ``GPUWORKSPACE_ROOT`` (the container's root dir on the host). ``HOME`` and the working dir are translated
 through the mount table, so a PVC mounted at ``/home/jovyan`` is the process's home and cwd. ``PATH`` gets
-this interpreter's bin dir in front. Jupyter servers are bound to the pod IP and rooted in the mapped dir
+this interpreter's bin dir in front; a KubeVirt launcher's guest gets ``PYTHONPATH`` = this package's
+root. Jupyter servers are bound to the pod IP and rooted in the mapped dir
 (see ``images.server_args``); ``$(VAR)`` references in command and args are expanded as Kubernetes does.
 """
 
@@ -20,6 +21,9 @@ from .podenv import expand_all
 from .podvolumes import MountTable
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The simulated guest (``python -m ...sim.guest``) is this copy of the package, not whichever one the
+# interpreter would import: a devcluster run from a checkout boots that checkout's guest.
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ def plan(
     args = cmd.args
     if image.kind == "launcher":
         env["POD_IP"] = pod_ip
+        env["PYTHONPATH"] = ":".join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
         args = [*args, f"--ip={pod_ip}"]
     if cmd.server:
         if env.get("JUPYTERHUB_SERVICE_URL"):

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ import yaml
 
 from gpuworkspace_spawner.devcluster.cluster import DevCluster
 from gpuworkspace_spawner.devcluster.quantity import parse_quantity
-from gpuworkspace_spawner.devcluster.sim import guest
+from gpuworkspace_spawner.devcluster.sim import codeserver, guest
 from gpuworkspace_spawner.devcluster.sim.base import rt_of
 from gpuworkspace_spawner.devcluster.sim.context import SimContext
 from gpuworkspace_spawner.devcluster.sim.kubevirt import (
@@ -712,6 +713,13 @@ def test_guest_boots_serves_and_persists(tmp_path: Path) -> None:
         )
         assert code in (200, 201)
         assert _get(f"http://{ip}:8888/api/contents/opt/app", "s3cret")[0] == 200
+        # The golden image's code-server: proxied at /vscode/ behind the server's login, not on the pod IP.
+        status, body = _get(f"http://{ip}:8888/vscode/", "s3cret")
+        assert status == 200 and codeserver.MARKER.encode() in body
+        status, body = _get(f"http://{ip}:8888/vscode/", "wrong")  # redirected to the server's login page
+        assert codeserver.MARKER.encode() not in body and b"login" in body.lower()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((ip, guest.CODE_SERVER_PORT), timeout=2).close()
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)

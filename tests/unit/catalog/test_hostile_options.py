@@ -310,7 +310,7 @@ def test_forged_spawn_forms_give_a_selection_or_a_refusal(
         ),
         pytest.param({"profile": "cpu-small", "ide": "vim"}, "unknown-option", "'vim'", id="ide"),
         pytest.param(
-            {"profile": "vm-workstation", "ide": "code-server"}, "unknown-option", "vm-work", id="vm"
+            {"profile": "cpu-small", "ide": "code-server"}, "unknown-option", "cpu-small", id="undeclared"
         ),
         pytest.param({"__proto__": {"admin": True}}, "malformed-options", "__proto__", id="proto"),
     ],

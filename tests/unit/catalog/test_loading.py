@@ -37,7 +37,11 @@ def test_sample_catalog_loads() -> None:
     assert by_slug["gpu-exclusive"].access.groups == frozenset({"gpu-users"})
     assert by_slug["gpu-mig"].resources.gpu == ("nvidia.com/mig-1g.10gb", "1")
     assert all(p.ide.default == "jupyterlab" for p in catalog.profiles)
-    assert all("code-server" in p.ide.choices for p in catalog.profiles if p.runtime == "container")
+    # base-notebook declares JupyterLab only; the VM's golden image declares both editors
+    assert {p.slug: p.ide.choices for p in catalog.profiles} == {
+        **{p.slug: ("jupyterlab",) for p in catalog.profiles if p.runtime == "container"},
+        "vm-workstation": ("jupyterlab", "code-server"),
+    }
     gpu_pool = by_slug["gpu-exclusive"].placement.node_pool
     assert gpu_pool is not None and gpu_pool.tolerations[0]["key"] == "nvidia.com/gpu"
 

@@ -25,19 +25,23 @@ def sample() -> Catalog:
         pytest.param({"profile": ""}, [], "cpu-small", "jupyterlab", id="empty-profile"),
         pytest.param({"profile": "gpu-mig"}, [], "gpu-mig", "jupyterlab", id="profile-default-ide"),
         pytest.param(
-            {"profile": "gpu-mig", "ide": "code-server"}, [], "gpu-mig", "code-server", id="ide-choice"
+            {"profile": "vm-workstation", "ide": "code-server"},
+            [],
+            "vm-workstation",
+            "code-server",
+            id="ide-choice",
         ),
         pytest.param(
-            {"profile": ["gpu-shared"], "ide": ["code-server"]},
+            {"profile": ["vm-workstation"], "ide": ["code-server"]},
             [],
-            "gpu-shared",
+            "vm-workstation",
             "code-server",
             id="form-lists",
         ),
         pytest.param(
             {"profile": "gpu-exclusive"}, ["gpu-users"], "gpu-exclusive", "jupyterlab", id="group-access"
         ),
-        pytest.param({"ide": "code-server"}, [], "cpu-small", "code-server", id="ide-on-default-profile"),
+        pytest.param({"ide": "jupyterlab"}, [], "cpu-small", "jupyterlab", id="ide-on-default-profile"),
     ],
 )
 def test_accepted(sample: Catalog, options: object, groups: list[str], profile: str, ide: str) -> None:
@@ -71,10 +75,16 @@ def test_accepted(sample: Catalog, options: object, groups: list[str], profile: 
             id="forbidden",
         ),
         pytest.param(
-            {"profile": "gpu-mig", "ide": "vim"},
+            {"profile": "vm-workstation", "ide": "vim"},
             "unknown-option",
             "Choose one of: jupyterlab, code-server",
             id="unknown-ide",
+        ),
+        pytest.param(  # its image (base-notebook, the short form) declares JupyterLab only
+            {"profile": "gpu-mig", "ide": "code-server"},
+            "unknown-option",
+            "The editor 'code-server' is not available in the profile 'gpu-mig'. Choose one of: jupyterlab",
+            id="editor-the-image-lacks",
         ),
     ],
 )

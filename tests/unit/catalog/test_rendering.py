@@ -68,8 +68,9 @@ def test_access_by_user_and_default_fallback(tmp_path: Path) -> None:
 
 
 def test_ide_option_only_with_a_choice(sample: Catalog, tmp_path: Path) -> None:
-    entry = build_profile_list(sample, "alice", [])[0]
-    option = entry["profile_options"]["ide"]
+    entries = {e["slug"]: e for e in build_profile_list(sample, "alice", [])}
+    assert "profile_options" not in entries["cpu-small"]  # its image declares JupyterLab only
+    option = entries["vm-workstation"]["profile_options"]["ide"]
     assert option["display_name"] == "Editor"
     assert list(option["choices"]) == ["jupyterlab", "code-server"]
     assert option["choices"]["jupyterlab"]["default"] is True
@@ -170,7 +171,7 @@ def test_renders_in_kubespawner_form(sample: Catalog) -> None:
         None, build_profile_list(sample, "bob", ["gpu-users"])
     )  # type: ignore[arg-type]
     page = env.get_template("form.html").render(profile_list=profiles, user_options={})
-    assert 'value="gpu-mig"' in page and "profile-option-cpu-small--ide" in page
+    assert 'value="gpu-mig"' in page and "profile-option-vm-workstation--ide" in page
     assert re.findall(r'value="([a-z0-9-]+)"\s+checked\s*/>', page) == ["cpu-small"]
 
 

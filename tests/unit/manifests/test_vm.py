@@ -211,6 +211,18 @@ def test_vm_references_its_disk_and_secret_and_owns_nothing() -> None:
     assert obj["metadata"]["labels"][names.LABEL_RUNTIME] == "vm"
 
 
+def test_code_server_choice_exposes_only_the_authenticated_notebook_port() -> None:
+    """code-server stays on the guest's loopback 8080, proxied by the server on 8888 behind the hub's
+    login (docs/reference/image-contract.md): neither the VM's interface nor its Service opens 8080."""
+    ws, n = vm_context(replace(VM_WORKSTATION, editors=("code-server", "jupyterlab")))
+    ws = replace(ws, ide="code-server")
+    obj = build_vm(ws, n)
+    (interface,) = obj["spec"]["template"]["spec"]["domain"]["devices"]["interfaces"]
+    assert [p["port"] for p in interface["ports"]] == [8888]  # masquerade forwards only listed ports
+    assert [(p["port"], p["targetPort"]) for p in build_vm_service(ws, n)["spec"]["ports"]] == [(8888, 8888)]
+    assert obj["spec"]["template"]["metadata"]["annotations"][names.ANN_IDE] == "code-server"
+
+
 def test_burstable_vm_sets_requests_without_limits() -> None:
     ws, n = vm_context()
     domain = build_vm(ws, n)["spec"]["template"]["spec"]["domain"]
