@@ -1,0 +1,177 @@
+"""The Job controller and the TTL-after-finished controller of kube-controller-manager, simulated.
+
+The I/O shell around :func:`sim.jobstate.plan_job`: it lists a Job's pods (by controller ownerReference),
+applies the plan through the API verbs (pods from ``spec.template`` named ``<job>-<5 random>`` with the
+generated labels, a controller ownerReference and the ``batch.kubernetes.io/job-tracking`` finalizer;
+Events SuccessfulCreate/SuccessfulDelete/Completed/BackoffLimitExceeded/DeadlineExceeded/Suspended/
+Resumed from ``job-controller``), and removes the tracking finalizer from pods of a deleted Job so the
+garbage collector can finish them. ``ttlSecondsAfterFinished`` deletes a finished Job with
+``propagationPolicy: Foreground`` once the time since its Complete/Failed condition has passed
+(``pkg/controller/ttlafterfinished``). Job pods are ordinary pods: the scheduler places them and the
+simulated kubelet runs their command (``sim/images.py`` says which images run what).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..jobspec import TRACKING_FINALIZER, condition
+from ..store import Obj, TypeKey
+from ..tables import parse_time
+from ..verbs import now_rfc3339
+from .base import Key, SimController, rt_of
+from .context import SimContext
+from .csi import drop_finalizers, merge_patch
+from .events import record_event
+from .jobstate import plan_job
+
+JOBS = rt_of("batch", "jobs")
+PODS = rt_of("", "pods")
+COMPONENT = "job-controller"
+TTL_COMPONENT = "ttl-after-finished-controller"
+
+
+def _epoch(value: Any) -> float | None:
+    when = parse_time(value)
+    return when.timestamp() if when else None
+
+
+def _owner_uid(pod: Obj) -> str:
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Job":
+            return str(ref.get("uid", ""))
+    return ""
+
+
+def _last_failure(pods: list[Obj]) -> float | None:
+    times = [
+        _epoch(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") == "Failed"
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    ]
+    found = [t for t in times if t is not None]
+    return max(found) if found else None
+
+
+def pod_from_template(job: Obj) -> Obj:
+    """The pod the Job controller creates (``GetPodFromTemplate`` with a controller ownerReference)."""
+    meta, template = job["metadata"], (job.get("spec") or {}).get("template") or {}
+    tmeta = template.get("metadata") or {}
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{meta['name']}-",
+            "labels": dict(tmeta.get("labels") or {}),
+            "annotations": dict(tmeta.get("annotations") or {}),
+            "ownerReferences": [owner],
+            "finalizers": [TRACKING_FINALIZER],
+        },
+        "spec": dict(template.get("spec") or {}),
+    }
+
+
+class JobController(SimController):
+    """batch/v1 Jobs: pods, counts, conditions, suspend, deadlines, backoff, TTL."""
+
+    name = "job-controller"
+    watches: tuple[TypeKey, ...] = (JOBS.key, PODS.key)
+
+    def __init__(self, ctx: SimContext) -> None:
+        super().__init__(ctx.verbs)
+        self.ctx = ctx
+        self.deleted: set[str] = set()  # uids of pods this controller deleted (not counted as failed)
+
+    def keys_for(self, key: TypeKey, obj: Obj, old: Obj | None) -> Iterable[Key]:
+        meta = obj["metadata"]
+        if key == JOBS.key:
+            return [(key, meta["namespace"], meta["name"])]
+        job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name")
+        if _owner_uid(obj) and job:
+            return [(JOBS.key, meta["namespace"], job)]
+        return []
+
+    def _pods(self, namespace: str, uid: str) -> list[Obj]:
+        return [p for p in self.store.items(PODS, namespace) if _owner_uid(p) == uid]
+
+    async def reconcile(self, target: Key) -> None:
+        namespace, name = target[1], target[2]
+        job = self.get(target)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            self._release_orphans(namespace, name, job)
+            return
+        if (job.get("spec") or {}).get("completionMode") == "Indexed":
+            if not job.get("status"):  # not simulated: say so once, on the Job, and leave it alone
+                message = "devcluster: completionMode Indexed is not simulated; no pods are created"
+                record_event(self.verbs, job, "Warning", "NotSimulated", message, component=COMPONENT)
+                merge_patch(self.verbs, JOBS, job, {"status": {"active": 0}}, status=True)
+            return
+        uid = job["metadata"]["uid"]
+        pods = self._pods(namespace, uid)
+        now_s = time.time()
+        start_s = _epoch((job.get("status") or {}).get("startTime"))
+        plan = plan_job(job, pods, now_rfc3339(), now_s, start_s, self.deleted, _last_failure(pods))
+        by_name = {p["metadata"]["name"]: p for p in pods}
+        for pod_name in plan.release:
+            drop_finalizers(self.verbs, PODS, by_name[pod_name], TRACKING_FINALIZER)
+        for pod_name in plan.delete:
+            pod = by_name[pod_name]
+            self.deleted.add(pod["metadata"]["uid"])
+            drop_finalizers(
+                self.verbs, PODS, self.store.get(PODS, namespace, pod_name) or pod, TRACKING_FINALIZER
+            )
+            self.verbs.delete(PODS, namespace, pod_name, {})
+            record_event(
+                self.verbs, job, "Normal", "SuccessfulDelete", f"Deleted pod: {pod_name}", component=COMPONENT
+            )
+        for _ in range(plan.create):
+            pod, _warnings = self.verbs.create(PODS, namespace, pod_from_template(job))
+            created = pod["metadata"]["name"]
+            record_event(
+                self.verbs, job, "Normal", "SuccessfulCreate", f"Created pod: {created}", component=COMPONENT
+            )
+        if plan.status != (job.get("status") or {}):
+            job = merge_patch(self.verbs, JOBS, job, {"status": plan.status}, status=True)
+        for event_type, reason, message in plan.events:
+            record_event(self.verbs, job, event_type, reason, message, component=COMPONENT)
+        if plan.finished:
+            self._ttl(target, job, now_s)
+        elif plan.requeue_s is not None:
+            self.requeue_after(target, plan.requeue_s)
+
+    def _ttl(self, target: Key, job: Obj, now_s: float) -> None:
+        ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
+        done = condition(job, "Complete") or condition(job, "Failed")
+        if ttl is None or done is None:
+            return
+        finished_s = _epoch(done.get("lastTransitionTime")) or now_s
+        remaining = finished_s + float(ttl) - now_s
+        if remaining > 0:
+            self.requeue_after(target, remaining + 0.05)
+            return
+        meta = job["metadata"]
+        options = {"propagationPolicy": "Foreground", "preconditions": {"uid": meta["uid"]}}
+        self.verbs.delete(JOBS, meta["namespace"], meta["name"], options)
+
+    def _release_orphans(self, namespace: str, name: str, job: Obj | None) -> None:
+        """A deleted (or deleting) Job's pods lose the tracking finalizer so the GC can delete them."""
+        for pod in self.store.items(PODS, namespace):
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("batch.kubernetes.io/job-name") != name:
+                continue
+            if job is not None and _owner_uid(pod) != job["metadata"]["uid"]:
+                continue
+            if job is not None and not pod["metadata"].get("deletionTimestamp"):
+                continue  # the GC (foreground) marks them first; background deletes them after the Job
+            drop_finalizers(self.verbs, PODS, pod, TRACKING_FINALIZER)

@@ -1,0 +1,136 @@
+"""The Job controller's decisions (sim/jobstate.py), pure: one syncJob step per row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuworkspace_spawner.devcluster import jobspec
+from gpuworkspace_spawner.devcluster.sim.jobstate import plan_job
+
+Obj = dict[str, Any]
+NOW, NOW_S = "2026-12-02T01:00:00Z", 1_000_000.0
+TRACK = jobspec.TRACKING_FINALIZER
+
+
+def job(status: Obj | None = None, **spec: Any) -> Obj:
+    template = {"spec": {"restartPolicy": spec.pop("restartPolicy", "Never"), "containers": [{"name": "c"}]}}
+    obj = {
+        "metadata": {"name": "j", "uid": "u"},
+        "spec": {"template": template, **spec},
+        "status": status or {},
+    }
+    jobspec.default_job(obj)
+    return obj
+
+
+def pod(
+    name: str, phase: str = "Running", *, tracked: bool = True, deleting: bool = False, **extra: Any
+) -> Obj:
+    meta: Obj = {"name": name, "uid": f"uid-{name}", "finalizers": [TRACK] if tracked else []}
+    if deleting:
+        meta["deletionTimestamp"] = NOW
+    return {"metadata": meta, "status": {"phase": phase, **extra}}
+
+
+def conds(plan_status: Obj) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in plan_status.get("conditions") or []}
+
+
+def test_new_job_starts_one_pod_and_its_clock() -> None:
+    plan = plan_job(job(), [], NOW, NOW_S, None, set())
+    assert plan.create == 1 and plan.status["startTime"] == NOW and plan.status["active"] == 1
+
+
+def test_parallelism_two_completions_three_never_overshoots() -> None:
+    spec = {"parallelism": 2, "completions": 3}
+    assert plan_job(job(**spec), [], NOW, NOW_S, None, set()).create == 2
+    # two succeeded (counted now), none running: only one more is needed
+    plan = plan_job(job(**spec), [pod("a", "Succeeded"), pod("b", "Succeeded")], NOW, NOW_S, NOW_S, set())
+    assert (plan.create, plan.status["succeeded"], sorted(plan.release)) == (1, 2, ["a", "b"])
+    # counted pods (finalizer gone) are not counted again
+    done = job({"succeeded": 3, "startTime": NOW}, **spec)
+    plan = plan_job(done, [pod(n, "Succeeded", tracked=False) for n in "abc"], NOW, NOW_S, NOW_S, set())
+    assert conds(plan.status) == {
+        "SuccessCriteriaMet": ("True", "CompletionsReached"),
+        "Complete": ("True", "CompletionsReached"),
+    }
+    assert plan.status["completionTime"] == NOW and plan.finished
+    assert ("Normal", "Completed", "Job completed") in plan.events
+
+
+def test_backoff_limit_exceeded_waits_for_pods_then_fails() -> None:
+    spec = {"backoffLimit": 1, "parallelism": 2, "completions": 2}
+    pods = [pod("a", "Failed"), pod("b", "Failed"), pod("c")]
+    plan = plan_job(job({"startTime": NOW}, **spec), pods, NOW, NOW_S, NOW_S, set())
+    assert plan.status["failed"] == 2 and plan.delete == ["c"]
+    assert conds(plan.status) == {"FailureTarget": ("True", "BackoffLimitExceeded")} and not plan.finished
+    after = job(plan.status, **spec)
+    plan = plan_job(after, [pod("c", deleting=True, tracked=False)], NOW, NOW_S, NOW_S, {"uid-c"})
+    assert "Failed" not in conds(plan.status)  # a pod is still terminating
+    plan = plan_job(after, [], NOW, NOW_S, NOW_S, {"uid-c"})
+    assert conds(plan.status)["Failed"] == ("True", "BackoffLimitExceeded") and plan.status["failed"] == 2
+    assert ("Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit") in plan.events
+    assert "completionTime" not in plan.status
+
+
+def test_on_failure_restarts_count_against_the_backoff_limit() -> None:
+    restarting = pod("a", containerStatuses=[{"restartCount": 2}])
+    plan = plan_job(
+        job({"startTime": NOW}, backoffLimit=2, restartPolicy="OnFailure"),
+        [restarting],
+        NOW,
+        NOW_S,
+        NOW_S,
+        set(),
+    )
+    assert conds(plan.status)["FailureTarget"] == ("True", "BackoffLimitExceeded")
+
+
+def test_failure_backoff_delays_the_replacement_pod() -> None:
+    plan = plan_job(job({"startTime": NOW}), [pod("a", "Failed")], NOW, NOW_S, NOW_S, set(), NOW_S - 4)
+    assert plan.create == 0 and plan.requeue_s == pytest.approx(6.0)
+    plan = plan_job(
+        job({"startTime": NOW, "failed": 1}),
+        [pod("a", "Failed", tracked=False)],
+        NOW,
+        NOW_S,
+        NOW_S,
+        set(),
+        NOW_S - 11,
+    )
+    assert plan.create == 1
+
+
+def test_active_deadline_exceeded() -> None:
+    spec = {"activeDeadlineSeconds": 30}
+    early = plan_job(job({"startTime": NOW}, **spec), [pod("a")], NOW, NOW_S + 10, NOW_S, set())
+    assert early.requeue_s == pytest.approx(20.05) and not early.delete
+    late = plan_job(job({"startTime": NOW}, **spec), [pod("a")], NOW, NOW_S + 30, NOW_S, set())
+    assert late.delete == ["a"] and conds(late.status)["FailureTarget"] == ("True", "DeadlineExceeded")
+    gone = plan_job(job(late.status, **spec), [], NOW, NOW_S + 31, NOW_S, {"uid-a"})
+    assert conds(gone.status)["Failed"] == ("True", "DeadlineExceeded")
+    assert gone.status["failed"] == 0  # the pod the controller removed is not a failure
+
+
+def test_suspend_removes_pods_and_resume_resets_the_start_time() -> None:
+    plan = plan_job(job({"startTime": NOW}, suspend=True), [pod("a")], NOW, NOW_S, NOW_S, set())
+    assert plan.delete == ["a"] and plan.create == 0
+    assert conds(plan.status) == {"Suspended": ("True", "JobSuspended")}
+    assert ("Normal", "Suspended", "Job suspended") in plan.events
+    later = "2026-12-02T02:00:00Z"
+    resumed = plan_job(job(plan.status), [], later, NOW_S + 3600, NOW_S, {"uid-a"})
+    assert conds(resumed.status) == {"Suspended": ("False", "JobResumed")}
+    assert resumed.status["startTime"] == later and resumed.create == 1
+    assert ("Normal", "Resumed", "Job resumed") in resumed.events
+
+
+def test_created_suspended_has_no_start_time() -> None:
+    plan = plan_job(job(suspend=True), [], NOW, NOW_S, None, set())
+    assert "startTime" not in plan.status and plan.create == 0
+
+
+def test_pod_deleted_by_someone_else_counts_as_failed() -> None:
+    plan = plan_job(job({"startTime": NOW}), [pod("a", deleting=True)], NOW, NOW_S, NOW_S, set())
+    assert plan.status["failed"] == 1 and plan.status["terminating"] == 1 and plan.release == ["a"]
