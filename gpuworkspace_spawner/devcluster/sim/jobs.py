@@ -46,12 +46,18 @@ def _owner_uid(pod: Obj) -> str:
 
 
 def _last_failure(pods: list[Obj]) -> float | None:
-    times = [
-        _epoch(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-        for pod in pods
-        if (pod.get("status") or {}).get("phase") == "Failed"
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []
-    ]
+    """When the newest failure happened: a failed container's finishedAt, or a deleted pod's deletion
+    (``getFinishedTime`` falls back to the deletion timestamp)."""
+    times: list[float | None] = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") == "Failed":
+            times += [
+                _epoch(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                for cs in status.get("containerStatuses") or []
+            ]
+        elif status.get("phase") != "Succeeded" and pod["metadata"].get("deletionTimestamp"):
+            times.append(_epoch(pod["metadata"]["deletionTimestamp"]))
     found = [t for t in times if t is not None]
     return max(found) if found else None
 
@@ -91,7 +97,6 @@ class JobController(SimController):
     def __init__(self, ctx: SimContext) -> None:
         super().__init__(ctx.verbs)
         self.ctx = ctx
-        self.deleted: set[str] = set()  # uids of pods this controller deleted (not counted as failed)
 
     def keys_for(self, key: TypeKey, obj: Obj, old: Obj | None) -> Iterable[Key]:
         meta = obj["metadata"]
@@ -121,13 +126,12 @@ class JobController(SimController):
         pods = self._pods(namespace, uid)
         now_s = time.time()
         start_s = _epoch((job.get("status") or {}).get("startTime"))
-        plan = plan_job(job, pods, now_rfc3339(), now_s, start_s, self.deleted, _last_failure(pods))
+        plan = plan_job(job, pods, now_rfc3339(), now_s, start_s, _last_failure(pods))
         by_name = {p["metadata"]["name"]: p for p in pods}
         for pod_name in plan.release:
             drop_finalizers(self.verbs, PODS, by_name[pod_name], TRACKING_FINALIZER)
         for pod_name in plan.delete:
             pod = by_name[pod_name]
-            self.deleted.add(pod["metadata"]["uid"])
             drop_finalizers(
                 self.verbs, PODS, self.store.get(PODS, namespace, pod_name) or pod, TRACKING_FINALIZER
             )
@@ -165,13 +169,12 @@ class JobController(SimController):
         self.verbs.delete(JOBS, meta["namespace"], meta["name"], options)
 
     def _release_orphans(self, namespace: str, name: str, job: Obj | None) -> None:
-        """A deleted (or deleting) Job's pods lose the tracking finalizer so the GC can delete them."""
+        """A deleted (or deleting) Job's pods lose the tracking finalizer (``canRemoveFinalizer``: the Job is
+        terminating), so the garbage collector can delete them."""
         for pod in self.store.items(PODS, namespace):
             labels = pod["metadata"].get("labels") or {}
             if labels.get("batch.kubernetes.io/job-name") != name:
                 continue
             if job is not None and _owner_uid(pod) != job["metadata"]["uid"]:
                 continue
-            if job is not None and not pod["metadata"].get("deletionTimestamp"):
-                continue  # the GC (foreground) marks them first; background deletes them after the Job
             drop_finalizers(self.verbs, PODS, pod, TRACKING_FINALIZER)

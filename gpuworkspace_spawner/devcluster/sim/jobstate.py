@@ -1,23 +1,24 @@
 """The Job controller's decisions, pure: from a Job, its pods and the time, what to write.
 
-Follows ``pkg/controller/job/job_controller.go`` (Kubernetes 1.31+) ``syncJob``:
+Follows ``pkg/controller/job/job_controller.go`` (Kubernetes 1.31+, JobPodReplacementPolicy on) ``syncJob``:
 
-- terminal pods still carrying the ``batch.kubernetes.io/job-tracking`` finalizer are counted into
-  ``status.succeeded``/``status.failed`` and their finalizer removed (``trackJobStatusAndRemoveFinalizers``;
-  the intermediate ``status.uncountedTerminatedPods`` step is not shown: one reconcile writes both);
-  a pod deleted by someone else before it finished counts as failed (podReplacementPolicy
-  TerminatingOrFailed); pods the controller itself deleted (suspend, deadline, excess) are not counted;
-- ``pastBackoffLimitOnFailure`` / ``failed > backoffLimit`` -> FailureTarget then Failed, reason
-  BackoffLimitExceeded, "Job has reached the specified backoff limit"; ``pastActiveDeadline`` ->
-  DeadlineExceeded, "Job was active longer than specified deadline"; active pods are deleted first and
-  the terminal condition (Failed, or Complete after SuccessCriteriaMet with reason CompletionsReached)
-  is added once no pod is terminating, as 1.31+ does (``JobManagedByLabel`` aside);
-- ``suspend``: active pods deleted, condition Suspended (JobSuspended, "Job suspended"); on resume the
-  condition turns False (JobResumed, "Job resumed") and ``status.startTime`` is reset, so
-  activeDeadlineSeconds counts from the resume;
-- ``manageJob``: NonIndexed, ``min(parallelism, completions - succeeded)`` active pods (work-queue Jobs
-  without completions: ``parallelism`` until one succeeds); new pods after failures wait the pod-failure
-  backoff (``getRemainingTime``: 10s doubling per consecutive failure, capped at 6 minutes).
+- ``getNewFinishedPods``/``isPodFailed``: terminal pods still carrying the ``batch.kubernetes.io/job-tracking``
+  finalizer are counted into ``status.succeeded``/``status.failed`` and the finalizer is removed
+  (``trackJobStatusAndRemoveFinalizers``; the intermediate ``status.uncountedTerminatedPods`` step is not
+  shown: one reconcile writes both); a pod deleted before it finished counts as failed;
+- ``failed > backoffLimit`` or ``pastBackoffLimitOnFailure`` -> FailureTarget (BackoffLimitExceeded, "Job has
+  reached the specified backoff limit"), else ``pastActiveDeadline`` -> FailureTarget (DeadlineExceeded, "Job
+  was active longer than specified deadline"); ``deleteActivePods`` deletes the running pods keeping their
+  finalizer, so they are counted as failed; ``enactJobFinished`` adds the Failed condition (same reason)
+  only when no pod is terminating any more (``delayTerminalCondition``);
+- success when ``succeeded >= completions`` (or, without completions, one success) and no pod is active:
+  SuccessCriteriaMet then Complete with reason CompletionsReached and ``status.completionTime``;
+- ``manageJob``: suspended -> ``deleteJobPods`` (finalizer removed first: not counted), condition Suspended
+  (JobSuspended, "Job suspended"); resumed -> Suspended False (JobResumed, "Job resumed") and
+  ``status.startTime`` reset; otherwise NonIndexed ``min(parallelism, completions - succeeded)`` active pods
+  (work-queue Jobs without completions: ``parallelism`` until one succeeds), excess pods deleted, new pods
+  after failures only once the pod-failure backoff has passed (``getRemainingTime``: 10s doubling per
+  failure, at most 6 minutes).
 """
 
 from __future__ import annotations
@@ -99,29 +100,30 @@ class _Counts:
     ready: int = 0
 
 
-def _count(old: Obj, pods: list[Obj], deleted_by_us: set[str], release: list[str]) -> _Counts:
-    """Fold finished (or deleted) pods that still carry the tracking finalizer into the counts."""
+def _count(old: Obj, pods: list[Obj], release: list[str]) -> _Counts:
+    """``getNewFinishedPods`` + ``isPodFailed``: finished (or deleted before finishing) pods that still
+    carry the tracking finalizer are counted once and their finalizer released."""
     counts = _Counts(int(old.get("succeeded") or 0), int(old.get("failed") or 0))
     for pod in pods:
         meta = pod["metadata"]
-        tracked = TRACKING_FINALIZER in (meta.get("finalizers") or [])
         phase = _terminal(pod)
-        if not phase and not meta.get("deletionTimestamp"):
+        deleting = bool(meta.get("deletionTimestamp"))
+        if not phase and not deleting:
             counts.active.append(pod)
             counts.ready += _ready(pod)
             continue
-        counts.terminating += not phase
-        if tracked:
+        counts.terminating += not phase  # CountTerminatingPods
+        if TRACKING_FINALIZER in (meta.get("finalizers") or []):
             release.append(meta["name"])
             if phase == "Succeeded":
                 counts.succeeded += 1
-            elif meta.get("uid") not in deleted_by_us:
+            else:
                 counts.failed += 1
     return counts
 
 
 def _suspension(job: Obj, plan: JobPlan, conds: list[Obj], now: str) -> tuple[list[Obj], bool]:
-    """Suspended/JobResumed conditions and events; True when the Job was just resumed."""
+    """``ensureJobConditionStatus`` for Suspended, with its Event; True when the Job was just resumed."""
     suspended = bool((job.get("spec") or {}).get("suspend"))
     was_suspended = condition(job, "Suspended") is not None
     if suspended and not was_suspended:
@@ -139,50 +141,86 @@ def plan_job(
     now: str,
     now_s: float,
     start_s: float | None,
-    deleted_by_us: set[str],
     last_failure_s: float | None = None,
 ) -> JobPlan:
     """One ``syncJob`` step. ``now`` is RFC3339, ``now_s`` epoch seconds, ``start_s`` the epoch seconds of
-    ``status.startTime``; ``deleted_by_us`` the uids of pods this controller deleted; ``last_failure_s``
-    when the newest failed pod finished (the backoff counts from it)."""
+    ``status.startTime``; ``last_failure_s`` when the newest failed pod finished (the backoff counts from it).
+
+    Pods in ``plan.delete`` that are also in ``plan.release`` were counted (as failed) by this step;
+    the others are suspended or excess pods, deleted without being counted (``deleteJobPods``)."""
     spec, old = job.get("spec") or {}, job.get("status") or {}
     plan = JobPlan()
     status: Obj = dict(old)
-    counts = _count(old, pods, deleted_by_us, plan.release)
-    status.update(
-        succeeded=counts.succeeded, failed=counts.failed, terminating=counts.terminating, ready=counts.ready
-    )
+    counts = _count(old, pods, plan.release)
     if condition(job, "Complete") or condition(job, "Failed"):
-        plan.finished = True
-        plan.delete = [p["metadata"]["name"] for p in counts.active]
-        plan.status = {**status, "active": 0}
+        plan.finished = True  # IsJobFinished: nothing more to do (its pods keep what they have)
+        plan.status = status
         return plan
     suspended = bool(spec.get("suspend"))
-    conds, resumed = _suspension(job, plan, list(old.get("conditions") or []), now)
-    if resumed or (not suspended and not status.get("startTime")):
-        status["startTime"], start_s = now, now_s  # reset on resume: the deadline counts from here
-    target = condition(job, "FailureTarget") or condition(job, "SuccessCriteriaMet")
-    if not suspended and target is None:
-        target = _decide_end(spec, counts, now_s, start_s, now)
-        if target is not None:
-            conds = _set_cond(conds, target)
-        elif spec.get("activeDeadlineSeconds") is not None and start_s is not None:
-            plan.requeue_s = max(start_s + float(spec["activeDeadlineSeconds"]) - now_s, 0.0) + 0.05
-    if suspended or target is not None:
-        plan.delete = [p["metadata"]["name"] for p in counts.active]
-    if target is not None and not plan.delete and counts.terminating == 0:
-        conds = _finish(plan, status, conds, target, now)
-    elif target is None and not suspended:
-        _manage(plan, spec, counts, now_s, last_failure_s)
-    active = len(counts.active) + plan.create - len(plan.delete)
-    status["active"] = 0 if plan.finished else max(active, 0)
-    status["conditions"] = conds or None
+    if not suspended and not status.get("startTime"):
+        status["startTime"], start_s = now, now_s
+    conds: list[Obj] = list(old.get("conditions") or [])
+    target = condition(job, "SuccessCriteriaMet") or condition(job, "FailureTarget")
+    if target is None:
+        target = _failure(spec, counts, now_s, start_s, now, suspended)
+        plan.requeue_s = None if target is not None or suspended else _deadline_in(spec, start_s, now_s)
+    if target is not None:
+        _delete_active(plan, counts, failing=target["type"] == "FailureTarget")
+    else:
+        if suspended:
+            plan.delete = [p["metadata"]["name"] for p in counts.active]
+        else:
+            _manage(plan, spec, counts, now_s, last_failure_s)
+        active = len(counts.active) + plan.create - len(plan.delete)
+        if _succeeded(spec, counts) and active == 0:
+            target = _cond("SuccessCriteriaMet", "CompletionsReached", COMPLETE_MESSAGE, now)
+        else:
+            conds, resumed = _suspension(job, plan, conds, now)
+            if resumed:
+                status["startTime"] = now  # the activeDeadlineSeconds clock restarts on resume
+    if target is not None:
+        conds = _set_cond(conds, target)
+        if counts.terminating == 0:  # delayTerminalCondition: no pod may still be terminating
+            conds = _finish(plan, status, conds, target, now)
+    removed = len([n for n in plan.delete if n not in plan.release]) if target is None else 0
+    status.update(
+        succeeded=counts.succeeded,
+        failed=counts.failed,
+        terminating=counts.terminating + removed,
+        ready=counts.ready,
+        active=len(counts.active) + plan.create - removed,
+        conditions=conds or None,
+    )
     plan.status = {k: v for k, v in status.items() if v is not None}
     return plan
 
 
+def _deadline_in(spec: Obj, start_s: float | None, now_s: float) -> float | None:
+    """Seconds until ``activeDeadlineSeconds`` passes (the controller syncs again then), if set."""
+    deadline = spec.get("activeDeadlineSeconds")
+    if deadline is None or start_s is None:
+        return None
+    return max(start_s + float(deadline) - now_s, 0.0) + 0.05
+
+
+def _delete_active(plan: JobPlan, counts: _Counts, *, failing: bool) -> None:
+    """``deleteActivePods``: deleted with their finalizer, so counted as failed when the Job fails."""
+    for pod in counts.active:
+        plan.delete.append(pod["metadata"]["name"])
+        if failing:
+            plan.release.append(pod["metadata"]["name"])
+            counts.failed += 1
+    counts.terminating += len(counts.active)
+    counts.ready, counts.active = 0, []
+
+
+def _succeeded(spec: Obj, counts: _Counts) -> bool:
+    completions = spec.get("completions")
+    return counts.succeeded >= int(completions) if completions is not None else counts.succeeded > 0
+
+
 def _finish(plan: JobPlan, status: Obj, conds: list[Obj], target: Obj, now: str) -> list[Obj]:
-    """No pod left running: the terminal condition after FailureTarget / SuccessCriteriaMet."""
+    """``enactJobFinished`` + ``recordJobFinished``: the terminal condition after the interim one."""
     plan.finished = True
     if target["type"] == "SuccessCriteriaMet":
         status["completionTime"] = now
@@ -192,12 +230,10 @@ def _finish(plan: JobPlan, status: Obj, conds: list[Obj], target: Obj, now: str)
     return _set_cond(conds, _cond("Failed", target["reason"], target["message"], now))
 
 
-def _decide_end(spec: Obj, counts: _Counts, now_s: float, start_s: float | None, now: str) -> Obj | None:
-    """SuccessCriteriaMet or FailureTarget (with its reason) when the Job has reached an end."""
-    completions = spec.get("completions")
-    done = counts.succeeded >= int(completions) if completions is not None else counts.succeeded > 0
-    if done and (completions is not None or not counts.active):
-        return _cond("SuccessCriteriaMet", "CompletionsReached", COMPLETE_MESSAGE, now)
+def _failure(
+    spec: Obj, counts: _Counts, now_s: float, start_s: float | None, now: str, suspended: bool
+) -> Obj | None:
+    """FailureTarget with its reason: backoff limit first, then the active deadline (``pastActiveDeadline``)."""
     limit = int(spec.get("backoffLimit", 6))
     on_failure = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "OnFailure"
     restarts = sum(_restarts(p) for p in counts.active) if on_failure else 0
@@ -205,29 +241,30 @@ def _decide_end(spec: Obj, counts: _Counts, now_s: float, start_s: float | None,
     if counts.failed > limit or (on_failure and (restarts > 0 if limit == 0 else restarts >= limit)):
         return _cond("FailureTarget", "BackoffLimitExceeded", BACKOFF_MESSAGE, now)
     deadline = spec.get("activeDeadlineSeconds")
-    if deadline is not None and start_s is not None and now_s - start_s >= float(deadline):
+    if deadline is not None and start_s is not None and not suspended and now_s - start_s >= float(deadline):
         return _cond("FailureTarget", "DeadlineExceeded", DEADLINE_MESSAGE, now)
     return None
 
 
 def _manage(plan: JobPlan, spec: Obj, counts: _Counts, now_s: float, last_failure_s: float | None) -> None:
-    """``manageJob``: create the missing pods (after the failure backoff) or delete the excess."""
+    """``manageJob``: delete the excess or create the missing pods (after the failure backoff)."""
     active, succeeded, failed = counts.active, counts.succeeded, counts.failed
     parallelism = int(spec.get("parallelism", 1))
     completions = spec.get("completions")
     if completions is not None:
         want = min(parallelism, max(int(completions) - succeeded, 0))
     else:
-        want = 0 if succeeded > 0 else parallelism
+        want = len(active) if succeeded > 0 else parallelism
     if len(active) > want:
         plan.delete = [p["metadata"]["name"] for p in active[want:]]
         return
+    # podReplacementPolicy TerminatingOrFailed: terminating pods are replaced at once
     missing = want - len(active)
     if missing <= 0:
         return
     if failed > 0 and last_failure_s is not None:
         remaining = last_failure_s + min(BACKOFF_BASE_S * 2 ** (failed - 1), BACKOFF_MAX_S) - now_s
         if remaining > 0:
-            plan.requeue_s = remaining
+            plan.requeue_s = min(remaining, plan.requeue_s or remaining)
             return
     plan.create = missing

@@ -104,7 +104,7 @@ CASES = [
         "Failed",
         "DeadlineExceeded",
         0,
-        0,
+        1,  # the running pod, deleted because the Job failed, counts as failed
         "DeadlineExceeded",
     ),
     (
