@@ -13,6 +13,7 @@ simulated kubelet runs their command (``sim/images.py`` says which images run wh
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -25,7 +26,7 @@ from .base import Key, SimController, rt_of
 from .context import SimContext
 from .csi import drop_finalizers, merge_patch
 from .events import record_event
-from .jobstate import plan_job
+from .jobstate import INDEX_KEY, plan_job
 
 JOBS = rt_of("batch", "jobs")
 PODS = rt_of("", "pods")
@@ -38,11 +39,16 @@ def _epoch(value: Any) -> float | None:
     return when.timestamp() if when else None
 
 
-def _owner_uid(pod: Obj) -> str:
+def _owner(pod: Obj) -> tuple[str, str]:
+    """(uid, name) of the pod's controlling Job, or empty strings."""
     for ref in pod["metadata"].get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == "Job":
-            return str(ref.get("uid", ""))
-    return ""
+        if ref.get("controller") and ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
+            return str(ref.get("uid", "")), str(ref.get("name", ""))
+    return "", ""
+
+
+def _owner_uid(pod: Obj) -> str:
+    return _owner(pod)[0]
 
 
 def _last_failure(pods: list[Obj]) -> float | None:
@@ -62,8 +68,10 @@ def _last_failure(pods: list[Obj]) -> float | None:
     return max(found) if found else None
 
 
-def pod_from_template(job: Obj) -> Obj:
-    """The pod the Job controller creates (``GetPodFromTemplate`` with a controller ownerReference)."""
+def pod_from_template(job: Obj, index: int | None = None) -> Obj:
+    """The pod the Job controller creates (``GetPodFromTemplate`` with a controller ownerReference); for
+    an Indexed Job, with its completion index (annotation, label, hostname ``<job>-<index>`` and the
+    ``JOB_COMPLETION_INDEX`` variable, as ``addCompletionIndexEnvVariables`` sets them)."""
     meta, template = job["metadata"], (job.get("spec") or {}).get("template") or {}
     tmeta = template.get("metadata") or {}
     owner = {
@@ -74,7 +82,7 @@ def pod_from_template(job: Obj) -> Obj:
         "controller": True,
         "blockOwnerDeletion": True,
     }
-    return {
+    pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -84,8 +92,25 @@ def pod_from_template(job: Obj) -> Obj:
             "ownerReferences": [owner],
             "finalizers": [TRACKING_FINALIZER],
         },
-        "spec": dict(template.get("spec") or {}),
+        "spec": copy.deepcopy(template.get("spec") or {}),
     }
+    if index is not None:
+        _add_index(pod, meta["name"], index)
+    return pod
+
+
+def _add_index(pod: Obj, job_name: str, index: int) -> None:
+    """``addCompletionIndexAnnotation``/``addCompletionIndexEnvVariables``, the index label and hostname."""
+    meta, spec = pod["metadata"], pod["spec"]
+    meta["generateName"] = f"{job_name}-{index}-"
+    meta["annotations"][INDEX_KEY] = str(index)
+    meta["labels"][INDEX_KEY] = str(index)
+    spec.setdefault("hostname", f"{job_name}-{index}")
+    ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        env = container.setdefault("env", [])
+        if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+            env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": ref})
 
 
 class JobController(SimController):
@@ -102,10 +127,8 @@ class JobController(SimController):
         meta = obj["metadata"]
         if key == JOBS.key:
             return [(key, meta["namespace"], meta["name"])]
-        job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name")
-        if _owner_uid(obj) and job:
-            return [(JOBS.key, meta["namespace"], job)]
-        return []
+        uid, job = _owner(obj)
+        return [(JOBS.key, meta["namespace"], job)] if uid and job else []
 
     def _pods(self, namespace: str, uid: str) -> list[Obj]:
         return [p for p in self.store.items(PODS, namespace) if _owner_uid(p) == uid]
@@ -115,12 +138,6 @@ class JobController(SimController):
         job = self.get(target)
         if job is None or job["metadata"].get("deletionTimestamp"):
             self._release_orphans(namespace, name, job)
-            return
-        if (job.get("spec") or {}).get("completionMode") == "Indexed":
-            if not job.get("status"):  # not simulated: say so once, on the Job, and leave it alone
-                message = "devcluster: completionMode Indexed is not simulated; no pods are created"
-                record_event(self.verbs, job, "Warning", "NotSimulated", message, component=COMPONENT)
-                merge_patch(self.verbs, JOBS, job, {"status": {"active": 0}}, status=True)
             return
         uid = job["metadata"]["uid"]
         pods = self._pods(namespace, uid)
@@ -139,8 +156,9 @@ class JobController(SimController):
             record_event(
                 self.verbs, job, "Normal", "SuccessfulDelete", f"Deleted pod: {pod_name}", component=COMPONENT
             )
-        for _ in range(plan.create):
-            pod, _warnings = self.verbs.create(PODS, namespace, pod_from_template(job))
+        for i in range(plan.create):
+            index = plan.indexes[i] if plan.indexes else None
+            pod, _warnings = self.verbs.create(PODS, namespace, pod_from_template(job, index))
             created = pod["metadata"]["name"]
             record_event(
                 self.verbs, job, "Normal", "SuccessfulCreate", f"Created pod: {created}", component=COMPONENT
@@ -172,9 +190,7 @@ class JobController(SimController):
         """A deleted (or deleting) Job's pods lose the tracking finalizer (``canRemoveFinalizer``: the Job is
         terminating), so the garbage collector can delete them."""
         for pod in self.store.items(PODS, namespace):
-            labels = pod["metadata"].get("labels") or {}
-            if labels.get("batch.kubernetes.io/job-name") != name:
-                continue
-            if job is not None and _owner_uid(pod) != job["metadata"]["uid"]:
+            uid, owner = _owner(pod)
+            if owner != name or (job is not None and uid != job["metadata"]["uid"]):
                 continue
             drop_finalizers(self.verbs, PODS, pod, TRACKING_FINALIZER)

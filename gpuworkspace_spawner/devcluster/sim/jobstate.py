@@ -34,6 +34,28 @@ BACKOFF_MAX_S = 360.0
 BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 COMPLETE_MESSAGE = "Reached expected number of succeeded pods"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"  # annotation and label on Indexed Jobs' pods
+
+
+def pod_index(pod: Obj) -> int | None:
+    """The pod's completion index (``getCompletionIndex``), None when it has none."""
+    value = (pod["metadata"].get("annotations") or {}).get(INDEX_KEY, "")
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def index_ranges(indexes: set[int]) -> str:
+    """``status.completedIndexes``: "1,3-5,7" (ranges of three or more, as ``orderedIntervals.String``)."""
+    out: list[str] = []
+    ordered = sorted(indexes)
+    start = 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i] != ordered[i - 1] + 1:
+            first, last = ordered[start], ordered[i - 1]
+            out.append(
+                str(first) if first == last else f"{first}-{last}" if last > first + 1 else f"{first},{last}"
+            )
+            start = i
+    return ",".join(out)
 
 
 @dataclass
@@ -43,6 +65,7 @@ class JobPlan:
     release: list[str] = field(default_factory=list)  # pod names whose tracking finalizer goes
     delete: list[str] = field(default_factory=list)  # active pods to delete
     create: int = 0
+    indexes: list[int] = field(default_factory=list)  # Indexed: the completion index of each new pod
     status: Obj = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     requeue_s: float | None = None
@@ -152,6 +175,7 @@ def plan_job(
     plan = JobPlan()
     status: Obj = dict(old)
     counts = _count(old, pods, plan.release)
+    done_indexes = _succeeded_indexes(spec, pods, counts, status)
     if condition(job, "Complete") or condition(job, "Failed"):
         plan.finished = True  # IsJobFinished: nothing more to do (its pods keep what they have)
         plan.status = status
@@ -171,6 +195,7 @@ def plan_job(
             plan.delete = [p["metadata"]["name"] for p in counts.active]
         else:
             _manage(plan, spec, counts, now_s, last_failure_s)
+            _assign_indexes(plan, spec, counts, done_indexes)
         active = len(counts.active) + plan.create - len(plan.delete)
         if _succeeded(spec, counts) and active == 0:
             target = _cond("SuccessCriteriaMet", "CompletionsReached", COMPLETE_MESSAGE, now)
@@ -193,6 +218,32 @@ def plan_job(
     )
     plan.status = {k: v for k, v in status.items() if v is not None}
     return plan
+
+
+def _succeeded_indexes(spec: Obj, pods: list[Obj], counts: _Counts, status: Obj) -> set[int]:
+    """Indexed: ``calculateSucceededIndexes`` from every succeeded pod; ``succeeded`` is their number."""
+    if spec.get("completionMode") != "Indexed":
+        return set()
+    completions = int(spec.get("completions") or 0)
+    done = {
+        i
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Succeeded" and (i := pod_index(p)) is not None
+        if i < completions
+    }
+    counts.succeeded = len(done)
+    status["completedIndexes"] = index_ranges(done)
+    return done
+
+
+def _assign_indexes(plan: JobPlan, spec: Obj, counts: _Counts, done: set[int]) -> None:
+    """Indexed: new pods take the lowest indexes neither succeeded nor running (``firstPendingIndexes``)."""
+    if spec.get("completionMode") != "Indexed" or not plan.create:
+        return
+    running = {pod_index(p) for p in counts.active}
+    free = [i for i in range(int(spec["completions"])) if i not in done and i not in running]
+    plan.indexes = free[: plan.create]
+    plan.create = len(plan.indexes)
 
 
 def _deadline_in(spec: Obj, start_s: float | None, now_s: float) -> float | None:

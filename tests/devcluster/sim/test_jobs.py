@@ -154,6 +154,21 @@ def test_job_runs_to_its_end(kubectl: Kubectl, case: tuple[Any, ...]) -> None:
         assert "SuccessfulDelete" in seen
 
 
+def test_indexed_job_gives_each_pod_its_index(kubectl: Kubectl) -> None:
+    script = "import os; print('index', os.environ['JOB_COMPLETION_INDEX'])"
+    apply(kubectl, job("indexed", script, completionMode="Indexed", completions=3, parallelism=3))
+    kubectl("wait", "--for=condition=Complete", "job/indexed", "-n", NS, "--timeout=60s", timeout=70)
+    status = get_job(kubectl, "indexed")["status"]
+    assert (status["succeeded"], status["completedIndexes"]) == (3, "0-2")
+    seen = {}
+    for pod in job_pods(kubectl, "indexed"):
+        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        assert pod["metadata"]["name"].startswith(f"indexed-{index}-")
+        assert pod["spec"]["hostname"] == f"indexed-{index}"
+        seen[index] = kubectl("logs", pod["metadata"]["name"], "-n", NS).stdout.strip()
+    assert seen == {"0": "index 0", "1": "index 1", "2": "index 2"}
+
+
 def test_get_jobs_prints_kubectl_columns(kubectl: Kubectl) -> None:
     apply(kubectl, job("columns", "print(1)", completions=1))
     kubectl("wait", "--for=condition=Complete", "job/columns", "-n", NS, "--timeout=60s", timeout=70)

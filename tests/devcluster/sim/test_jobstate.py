@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpuworkspace_spawner.devcluster import jobspec
-from gpuworkspace_spawner.devcluster.sim.jobstate import plan_job
+from gpuworkspace_spawner.devcluster.sim.jobstate import index_ranges, plan_job
 
 Obj = dict[str, Any]
 NOW, NOW_S = "2026-12-02T01:00:00Z", 1_000_000.0
@@ -150,3 +150,30 @@ def test_pod_deleted_by_someone_else_counts_as_failed_and_is_replaced() -> None:
     plan = plan_job(job({"startTime": NOW}), [pod("a", deleting=True)], NOW, NOW_S, NOW_S)
     assert plan.status["failed"] == 1 and plan.status["terminating"] == 1 and plan.release == ["a"]
     assert plan.create == 1  # TerminatingOrFailed: no wait for the old pod to go
+
+
+def indexed(name: str, index: int, phase: str = "Running", **kw: Any) -> Obj:
+    obj = pod(name, phase, **kw)
+    obj["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": str(index)}
+    return obj
+
+
+def test_indexed_job_runs_each_index_once_and_lists_completed_indexes() -> None:
+    spec = {"completionMode": "Indexed", "completions": 5, "parallelism": 2}
+    plan = plan_job(job(**spec), [], NOW, NOW_S, None)
+    assert (plan.create, plan.indexes) == (2, [0, 1])
+    # index 0 succeeded, 1 is running: the next pod takes index 2
+    pods = [indexed("a", 0, "Succeeded"), indexed("b", 1)]
+    plan = plan_job(job({"startTime": NOW}, **spec), pods, NOW, NOW_S, NOW_S)
+    assert plan.indexes == [2] and plan.status["completedIndexes"] == "0" and plan.status["succeeded"] == 1
+    done = [indexed(n, i, "Succeeded", tracked=False) for n, i in zip("abcde", range(5), strict=True)]
+    plan = plan_job(job({"startTime": NOW, "succeeded": 4}, **spec), done, NOW, NOW_S, NOW_S)
+    assert plan.status["completedIndexes"] == "0-4" and conds(plan.status)["Complete"][0] == "True"
+
+
+@pytest.mark.parametrize(
+    ("indexes", "text"),
+    [({0}, "0"), ({0, 1}, "0,1"), ({0, 1, 2}, "0-2"), ({1, 3, 4, 5, 7}, "1,3-5,7"), (set(), "")],
+)
+def test_completed_indexes_format(indexes: set[int], text: str) -> None:
+    assert index_ranges(indexes) == text
