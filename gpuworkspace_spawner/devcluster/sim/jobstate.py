@@ -209,6 +209,7 @@ def plan_job(
             conds = _finish(plan, status, conds, target, now)
     removed = len([n for n in plan.delete if n not in plan.release]) if target is None else 0
     status.update(
+        uncountedTerminatedPods=status.get("uncountedTerminatedPods") or {},  # always empty here (above)
         succeeded=counts.succeeded,
         failed=counts.failed,
         terminating=counts.terminating + removed,
