@@ -158,14 +158,32 @@ def validate_job(job: Obj) -> list[Cause]:
 
 
 IMMUTABLE = ("selector", "template", "completionMode", "completions")
+# JobMutableNodeSchedulingDirectives (GA): what a queue (Kueue) may change in a suspended Job's template
+SCHEDULING_META = ("labels", "annotations")
+SCHEDULING_SPEC = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
+
+
+def _without_scheduling(template: Any) -> Any:
+    if not isinstance(template, dict):
+        return template
+    meta = {k: v for k, v in (template.get("metadata") or {}).items() if k not in SCHEDULING_META}
+    spec = {k: v for k, v in (template.get("spec") or {}).items() if k not in SCHEDULING_SPEC}
+    return {**template, "metadata": meta, "spec": spec}
 
 
 def validate_job_update(old: Obj, new: Obj) -> list[Cause]:
-    """``ValidateJobSpecUpdate``: selector, template, completionMode and completions are immutable."""
+    """``ValidateJobSpecUpdate``: selector, template, completionMode and completions are immutable, except
+    that while the Job is suspended with no active pod (``suspendedWithoutActivePods``) its template's
+    labels, annotations, nodeSelector, tolerations, affinity and schedulingGates may change (how Kueue
+    injects a flavor's node labels and tolerations before it unsuspends the Job)."""
     a, b = old.get("spec") or {}, new.get("spec") or {}
     causes = validate_job(new)
+    mutable = bool(a.get("suspend")) and not (old.get("status") or {}).get("active")
     for name in IMMUTABLE:
-        if a.get(name) != b.get(name):
+        before, after = a.get(name), b.get(name)
+        if name == "template" and mutable:
+            before, after = _without_scheduling(before), _without_scheduling(after)
+        if before != after:
             causes.append(_invalid(f"spec.{name}", b.get(name), "field is immutable"))
     return causes
 

@@ -104,6 +104,20 @@ def test_update_keeps_template_and_completions_immutable() -> None:
     assert jobspec.validate_job_update(old, suspended) == []
 
 
+def test_a_suspended_job_takes_a_queues_node_selector_and_tolerations() -> None:
+    old = defaulted(suspend=True)
+    admitted = defaulted(suspend=False)
+    tspec = admitted["spec"]["template"]["spec"]
+    tspec["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    tspec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert jobspec.validate_job_update(old, admitted) == []
+    running = defaulted(suspend=False)
+    assert [c["field"] for c in jobspec.validate_job_update(running, admitted)] == ["spec.template"]
+    image = defaulted(suspend=True)
+    image["spec"]["template"]["spec"]["containers"][0]["image"] = "python:3.13"
+    assert [c["field"] for c in jobspec.validate_job_update(old, image)] == ["spec.template"]
+
+
 def _seconds(start: Any, end: Any) -> float | None:
     a, b = parse_time(start), parse_time(end or "2026-12-02T01:10:00Z")
     return (b - a).total_seconds() if a and b else None
