@@ -21,6 +21,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from .defaults import container_defaults
+
 Obj = dict[str, Any]
 Cause = dict[str, str]
 
@@ -42,7 +44,7 @@ NONNEGATIVE = (
 
 
 def default_job(job: Obj) -> None:
-    """Defaults and the generated selector for a new Job (its ``metadata.uid`` is already set)."""
+    """``SetDefaults_Job`` and ``SetDefaults_PodSpec`` for the template (create and update alike)."""
     meta, spec = job.setdefault("metadata", {}), job.setdefault("spec", {})
     if spec.get("completions") is None and spec.get("parallelism") is None:
         spec["completions"] = 1
@@ -57,23 +59,38 @@ def default_job(job: Obj) -> None:
     spec.setdefault("podReplacementPolicy", policy)
     template = spec.setdefault("template", {})
     tmeta = template.setdefault("metadata", {})
-    if not spec.get("manualSelector"):
-        labels = tmeta.setdefault("labels", {}) or {}
-        tmeta["labels"] = labels
-        uid, name = meta.get("uid", ""), meta.get("name", "")
-        labels.setdefault(LEGACY_CONTROLLER_UID_LABEL, uid)
-        labels.setdefault(LEGACY_JOB_NAME_LABEL, name)
-        labels.setdefault(CONTROLLER_UID_LABEL, uid)
-        labels.setdefault(JOB_NAME_LABEL, name)
-        selector = spec.get("selector")
-        if selector is None:
-            spec["selector"] = {"matchLabels": {CONTROLLER_UID_LABEL: uid}}
     if not meta.get("labels") and tmeta.get("labels"):
         meta["labels"] = dict(tmeta["labels"])
     tspec = template.setdefault("spec", {})
-    tspec.setdefault(
-        "restartPolicy", "Always"
-    )  # the pod template's default, refused below as the real one is
+    tspec.setdefault("restartPolicy", "Always")  # refused by validate_job, as the real one does
+    tspec.setdefault("dnsPolicy", "ClusterFirst")
+    tspec.setdefault("schedulerName", "default-scheduler")
+    tspec.setdefault("terminationGracePeriodSeconds", 30)
+    tspec.setdefault("securityContext", {})
+    for container in [*(tspec.get("initContainers") or []), *(tspec.get("containers") or [])]:
+        if isinstance(container, dict):
+            container_defaults(container)
+
+
+def generate_selector(job: Obj) -> None:
+    """``generateSelector`` on create (``metadata.uid`` set), unless ``manualSelector``; the Job's labels
+    then default to the template's (as storage defaulting gives them on every read)."""
+    meta, spec = job["metadata"], job["spec"]
+    tmeta = spec["template"]["metadata"]
+    if spec.get("manualSelector"):
+        return
+    had_labels = bool(meta.get("labels")) and meta.get("labels") != tmeta.get("labels")
+    labels = tmeta.get("labels") or {}
+    tmeta["labels"] = labels
+    uid, name = meta.get("uid", ""), meta.get("name", "")
+    labels.setdefault(LEGACY_CONTROLLER_UID_LABEL, uid)
+    labels.setdefault(LEGACY_JOB_NAME_LABEL, name)
+    labels.setdefault(CONTROLLER_UID_LABEL, uid)
+    labels.setdefault(JOB_NAME_LABEL, name)
+    if spec.get("selector") is None:
+        spec["selector"] = {"matchLabels": {CONTROLLER_UID_LABEL: uid}}
+    if not had_labels:
+        meta["labels"] = dict(labels)
 
 
 def _go(value: Any) -> str:

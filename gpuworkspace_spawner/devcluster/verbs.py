@@ -54,8 +54,9 @@ def _content(rt: ResourceType, obj: Obj) -> Obj:
 
 def _check_job(job: Obj, old: Obj | None) -> None:
     """Job defaulting, selector generation and validation (jobspec.py), as the batch registry does."""
+    jobspec.default_job(job)
     if old is None:
-        jobspec.default_job(job)
+        jobspec.generate_selector(job)
     causes = jobspec.validate_job(job) if old is None else jobspec.validate_job_update(old, job)
     if causes:
         raise errors.invalid("Job", job["metadata"].get("name", ""), causes, "batch")

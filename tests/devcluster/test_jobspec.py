@@ -20,6 +20,7 @@ def job(**spec: Any) -> Obj:
 def defaulted(**spec: Any) -> Obj:
     obj = job(**spec)
     jobspec.default_job(obj)
+    jobspec.generate_selector(obj)
     return obj
 
 
@@ -38,7 +39,23 @@ def test_defaults_and_generated_selector() -> None:
         "job-name": "train",
     }
     assert obj["metadata"]["labels"] == labels  # the Job's labels default to its template's
+    tspec = spec["template"]["spec"]
+    assert (tspec["dnsPolicy"], tspec["terminationGracePeriodSeconds"], tspec["schedulerName"]) == (
+        "ClusterFirst",
+        30,
+        "default-scheduler",
+    )
+    assert tspec["containers"][0]["imagePullPolicy"] == "IfNotPresent"
     assert jobspec.validate_job(obj) == []
+
+
+def test_own_labels_are_kept() -> None:
+    obj = job()
+    obj["metadata"]["labels"] = {"team": "ml"}
+    jobspec.default_job(obj)
+    jobspec.generate_selector(obj)
+    assert obj["metadata"]["labels"] == {"team": "ml"}
+    assert obj["spec"]["template"]["metadata"]["labels"]["job-name"] == "train"
 
 
 def test_parallelism_only_leaves_completions_unset() -> None:
@@ -83,6 +100,7 @@ def test_restart_policy_always_is_refused_as_the_apiserver_does() -> None:
     obj = job()
     del obj["spec"]["template"]["spec"]["restartPolicy"]
     jobspec.default_job(obj)
+    jobspec.generate_selector(obj)
     causes = jobspec.validate_job(obj)
     assert causes == [
         {

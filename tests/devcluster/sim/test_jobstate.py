@@ -22,6 +22,7 @@ def job(status: Obj | None = None, **spec: Any) -> Obj:
         "status": status or {},
     }
     jobspec.default_job(obj)
+    jobspec.generate_selector(obj)
     return obj
 
 
