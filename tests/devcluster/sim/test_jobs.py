@@ -178,6 +178,21 @@ def test_get_jobs_prints_kubectl_columns(kubectl: Kubectl) -> None:
     wide = kubectl("get", "jobs", "columns", "-n", NS, "-o", "wide").stdout.splitlines()
     assert wide[0].split()[-3:] == ["CONTAINERS", "IMAGES", "SELECTOR"]
     assert "batch.kubernetes.io/controller-uid=" in wide[1]
+    kubectl("delete", "job", "columns", "-n", NS, timeout=40)  # kubectl's default: background
+    eventually(lambda: not job_pods(kubectl, "columns"), 30, "background deletion removes the pods")
+
+
+def test_orphan_deletion_keeps_the_pods_without_owner_or_finalizer(kubectl: Kubectl) -> None:
+    apply(kubectl, job("orphaned", "print(1)"))
+    kubectl("wait", "--for=condition=Complete", "job/orphaned", "-n", NS, "--timeout=60s", timeout=70)
+    kubectl("delete", "job", "orphaned", "-n", NS, "--cascade=orphan", timeout=40)
+    left = eventually(
+        lambda: [p for p in job_pods(kubectl, "orphaned") if not p["metadata"].get("ownerReferences")],
+        20,
+        "the pod kept, its ownerReference removed",
+    )
+    assert len(left) == 1 and not left[0]["metadata"].get("finalizers")
+    assert left[0]["status"]["phase"] == "Succeeded"
 
 
 def test_suspend_removes_pods_and_resume_restarts_the_clock(kubectl: Kubectl) -> None:
