@@ -92,6 +92,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",)),
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType("batch", "v1", "jobs", "Job", True, categories=("all",), subresources=("status",)),
     ResourceType(
         "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",)
     ),

@@ -22,6 +22,7 @@ from .csi_resize import ResizeController
 from .devices import DeviceManager
 from .endpoints import EndpointsController, EndpointSliceController
 from .failures import OutOfServiceController
+from .jobs import JobController
 from .kubelet import Kubelet, KubeletConfig, KubeletRuntime
 from .kubevirt import KubeVirtController
 from .netfence import NetworkFenceController
@@ -79,6 +80,7 @@ class Simulation:
             EndpointsController(ctx),
             EndpointSliceController(ctx),
             ServiceProxy(ctx),
+            JobController(ctx),
         ]
         self.components += [
             Kubelet(
