@@ -13,7 +13,10 @@ c.CullerApp.idle_timeout_by_profile = {
     "e2e-cull": 30,
     "e2e-cull-gpu": 30,
     "e2e-cull-exempt": 30,  # what would apply but for the exemption
+    "gpu-shared": 0,  # the shipped time-sliced profile (other tests' servers): never, over its mode's
 }
+# the ceiling for time-sliced workspaces: e2e-cull-shared's card sets warnings but no idle timeout
+c.CullerApp.idle_timeout_by_gpu_mode = {"time-sliced": 36}
 c.CullerApp.max_duration_by_profile = {"e2e-cull-max": 45}
 c.CullerApp.exempt_profiles = {"e2e-cull-exempt"}
 c.CullerApp.warn_before = [16, 8]  # two stages, for every profile without lead times of its own

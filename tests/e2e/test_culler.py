@@ -4,8 +4,9 @@ The culler (``gpuworkspace-culler``, managed by the hub) runs in the e2e stack w
 ``culler_config.py``: only the ``e2e-cull*`` profiles of ``catalog-extra.yaml`` are culled, after 30 s
 idle (45 s from the start for ``e2e-cull-max``), with two warnings 16 s and 8 s before, in cycles of
 2 s; ``e2e-cull-card``, which the culler's config does not name, by its catalog session (its spawn
-card): 36 s idle, warned 20 s and 6 s before. Ten workspaces, one user each, run at the same time, so
-the module costs one timeout, not ten:
+card): 36 s idle, warned 20 s and 6 s before; ``e2e-cull-shared``, a time-sliced GPU share whose card
+sets only the warnings, at the time-sliced GPU mode's 36 s. Eleven workspaces, one user each, run at
+the same time, so the module costs one timeout, not eleven:
 
 ========================  ==================  ========================================================
 user                      profile             what happens                            → expected
@@ -30,6 +31,10 @@ user                      profile             what happens                      
 ``cull-card``             ``e2e-cull-card``   an idle kernel; the spawn page's card   → warned at the
                                               says "warned 20 s and 6 s before"         card's lead times,
                                                                                         then stopped
+``cull-shared``           ``e2e-cull-shared`` an idle kernel on a GPU share at 0 %;   → warned at the
+                                              the card says "warned 20 s and 6 s        card's lead times,
+                                              before", the GPU mode says 36 s idle      stopped at the
+                                                                                        mode's timeout
 ========================  ==================  ========================================================
 
 bob (an OIDC user) also sees his warning on the hub's home page in chromium. Evidence comes from the
@@ -70,6 +75,7 @@ MARGIN_S = 3 * CYCLE_S  # for a cycle, the request that reads it, and a slow mac
 BUSY_CODE = "import time; time.sleep(600)"
 CLOCK = re.compile(r"\d\d:\d\d:\d\d")  # in what date prints
 CARD_PROFILE = "e2e-cull-card"  # catalog-extra.yaml: session 36 s idle, warnings [20s, 6s]
+SHARED_PROFILE = "e2e-cull-shared"  # catalog-extra.yaml: time-sliced, warnings [20s, 6s] only
 # a process that prints nothing and keeps about a third of a core busy (50 ms of work every 150 ms)
 SILENT_BUSY = (
     "date; python3 -c \"exec('import time\\nwhile 1:\\n t=time.time()\\n while time.time()-t<0.05: pass"
@@ -190,10 +196,11 @@ async def _connect(url: str, token: str) -> WebSocketClientConnection:
     return await websocket_connect(request)
 
 
-async def _close(conn: WebSocketClientConnection) -> None:
+async def _close(conn: WebSocketClientConnection, *, ended: bool = False) -> None:
+    """Close and drain; ``ended``: the peer has closed already (tornado's next read would never end)."""
     conn.close()
-    while await asyncio.wait_for(conn.read_message(), 10) is not None:
-        pass
+    while not ended:
+        ended = await asyncio.wait_for(conn.read_message(), 10) is None
 
 
 def execute_request(code: str) -> dict[str, Any]:
@@ -224,15 +231,21 @@ def execute_request(code: str) -> dict[str, Any]:
 
 async def _execute(url: str, token: str, code: str, state: str) -> None:
     conn = await _connect(url, token)
+    ended = False
     try:
         message = execute_request(code)
         await conn.write_message(json.dumps(message))
 
         async def reached() -> None:
+            nonlocal ended
             while True:
                 raw = await conn.read_message()
                 if raw is None:
-                    raise AssertionError(f"the kernel's websocket closed before {state!r}")
+                    ended = True
+                    raise AssertionError(
+                        f"the kernel's websocket closed before {state!r} "
+                        f"(close code {conn.close_code}, reason {conn.close_reason!r})"
+                    )
                 if isinstance(raw, bytes):
                     continue
                 reply = json.loads(raw)
@@ -243,13 +256,41 @@ async def _execute(url: str, token: str, code: str, state: str) -> None:
 
         await asyncio.wait_for(reached(), 60)
     finally:
-        await _close(conn)
+        await _close(conn, ended=ended)
 
 
 def execute(stack: HubStack, ws: Workspace, code: str, *, until_state: str) -> None:
     """Run ``code`` in the workspace's kernel until it is ``busy`` or back to ``idle``, then disconnect."""
     url = ws.ws_url(stack, f"api/kernels/{ws.kernel}/channels")
-    asyncio.run(_execute(url, ws.token, code, until_state))
+    try:
+        asyncio.run(_execute(url, ws.token, code, until_state))
+    except AssertionError as e:  # say what the server and its pod were doing then
+        try:
+            then = server_and_pod(stack, ws)
+        except Exception as why:  # the original failure matters more
+            then = f"(not known: {why})"
+        raise AssertionError(f"{e}; then: {then}") from e
+
+
+def server_and_pod(stack: HubStack, ws: Workspace) -> str:
+    server = stack.hub.server(ws.user, SERVER)
+    pods = json.loads(
+        kubectl(stack, "-n", NS, "get", "pods", pod_name(ws), "-o", "json", "--ignore-not-found") or "{}"
+    )
+    status = pods.get("status") or {}
+    containers = [
+        (c["name"], c.get("restartCount"), c.get("state")) for c in status.get("containerStatuses") or []
+    ]
+    kernels = http(
+        "GET",
+        ws.ws_url(stack, "api/kernels").replace("ws", "http", 1),
+        headers={"Authorization": f"token {ws.token}"},
+    )
+    return (
+        f"hub server {server and {k: server.get(k) for k in ('ready', 'pending', 'url')}}; "
+        f"pod uid {(pods.get('metadata') or {}).get('uid')} phase {status.get('phase')} containers {containers}; "
+        f"kernels {kernels[0]} {kernels[1][:300]!r}"
+    )
 
 
 async def _type(url: str, token: str, line: str) -> list[str]:
@@ -457,13 +498,15 @@ def activity_after_warning(stack: HubStack, watch: Watch, ws: Workspace) -> None
     ws.seen["announced_stop"] = announced
 
 
-def spawn_card(stack: HubStack, browser: Any, profile: str) -> str:
-    """The profile's card as the spawn page shows it to a logged-in user (alice, in chromium: the hub
-    serves its pages to a login cookie, not to an API token)."""
+def spawn_cards(stack: HubStack, browser: Any, profiles: list[str]) -> dict[str, str]:
+    """The profiles' cards' session lines as the spawn page shows them to a logged-in user (alice, in
+    chromium: the hub serves its pages to a login cookie, not to an API token)."""
     with logged_in_page(browser, stack, "alice", viewport={"width": 1280, "height": 900}) as page:
         page.goto(f"{stack.url}/hub/spawn/alice/card-form")
-        page.locator(f"#profile-item-{profile}").wait_for(state="attached")
-        return card_session_line(page.content(), profile)
+        for profile in profiles:
+            page.locator(f"#profile-item-{profile}").wait_for(state="attached")
+        html = page.content()
+    return {profile: card_session_line(html, profile) for profile in profiles}
 
 
 def card_session_line(html: str, profile: str) -> str:
@@ -491,6 +534,11 @@ def plan() -> dict[str, tuple[Workspace, Setup, Follow | None]]:
         "cull-quiet": (Workspace("cull-quiet", "e2e-cull"), silent_terminal_process, None),
         "cull-snoop": (Workspace("cull-snoop", "e2e-cull"), hostile_server, snooped_then_stopped),
         "cull-card": (Workspace("cull-card", CARD_PROFILE), idle_kernel, stopped_after_warnings),
+        "cull-shared": (
+            Workspace("cull-shared", SHARED_PROFILE, gpu_util=0),
+            idle_kernel,
+            stopped_after_warnings,
+        ),
     }
 
 
@@ -610,6 +658,13 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         "gpu_mode": "none",
     }, policy
     assert CARD_PROFILE not in policy["idle_timeout_by_profile"] and not policy["warn_before_by_profile"]
+    assert policy["idle_timeout_by_gpu_mode"] == {"time-sliced": 36}, policy
+    assert policy["catalog"][SHARED_PROFILE] == {
+        "idle_timeout": None,
+        "max_duration": None,
+        "warn_before": [20, 6],
+        "gpu_mode": "time-sliced",
+    }, policy
     since = datetime.now(UTC)
     scenarios = plan()
     workspaces = {user: ws for user, (ws, _, _) in scenarios.items()}
@@ -622,7 +677,9 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         if ws.gpu_util is not None:  # the pod's GPU load from its first sample on
             script(stack, {"metadata": {"name": pod_name(ws)}}, gpu_util=ws.gpu_util)
     # what the spawn page's card for e2e-cull-card promises, read before anything is started
-    workspaces["cull-card"].seen["card"] = spawn_card(stack, browser, CARD_PROFILE)
+    cards = spawn_cards(stack, browser, [CARD_PROFILE, SHARED_PROFILE])
+    workspaces["cull-card"].seen["card"] = cards[CARD_PROFILE]
+    workspaces["cull-shared"].seen["card"] = cards[SHARED_PROFILE]
     watch = Watch(stack)
     result = Run(workspaces=workspaces, policy=policy, watch=watch)
     threads = [
@@ -838,14 +895,30 @@ def test_a_profile_is_warned_at_the_lead_times_its_card_shows_then_stopped(run: 
     """Issue 15: the spawn card's "you are warned 20 s and 6 s before" is what the culler does, not
     its own warn_before ([16, 8]); each warning announces the stop exactly its lead time ahead."""
     ws = run.ws("cull-card")
+    assert ws.seen["card"] == "stops after 36 s idle; you are warned 20 s and 6 s before", ws.seen
+    warned_at_the_card_s_lead_times_then_stopped(run, ws, idle={"seconds": 36, "source": "catalog"})
+
+
+def test_a_gpu_shared_workspace_is_stopped_at_its_gpu_mode_s_timeout_warned_as_its_card_says(
+    run: Run,
+) -> None:
+    """Issue 15: a time-sliced GPU share whose card sets only its warnings is stopped at the culler's
+    idle_timeout_by_gpu_mode["time-sliced"] (as docs/reference/culler.md's precedence table says),
+    warned at its card's lead times."""
+    ws = run.ws("cull-shared")
+    assert ws.seen["card"] == "you are warned 20 s and 6 s before", ws.seen
+    mode = {"seconds": 36, "source": "culler config: gpu mode"}
+    warned_at_the_card_s_lead_times_then_stopped(run, ws, idle=mode)
+
+
+def warned_at_the_card_s_lead_times_then_stopped(run: Run, ws: Workspace, idle: dict[str, Any]) -> None:
     card = ws.seen["card"]
-    assert card == "stops after 36 s idle; you are warned 20 s and 6 s before", card
     card_leads = [int(n) for n in re.findall(r"(\d+) s", card.partition("warned")[2])]
     assert card_leads == [20, 6] != run.policy["warn_before"], (card_leads, run.policy["warn_before"])
     # the culler says which rules it applied to this server, and where they came from
     rules = ws.seen["first_warning"]["policy"]
     assert rules["warn_before"] == {"seconds": card_leads, "source": "catalog"}, rules
-    assert rules["idle_timeout"] == {"seconds": 36, "source": "catalog"}, rules
+    assert rules["idle_timeout"] == idle, rules
     warned = run.records(ws.user, "workspace-cull-warned")
     assert [(r["details"]["stage"], r["details"]["reason"]) for r in warned] == [(0, "idle"), (1, "idle")]
     stops = run.records(ws.user, "workspace-stopped")
