@@ -184,6 +184,57 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         subresources=("status",),
         custom=True,
     ),
+    # batch/v1 Jobs (the Job controller lives in sim/; Kueue's job integration suspends queued ones)
+    ResourceType("batch", "v1", "jobs", "Job", True, categories=("all",), subresources=("status",)),
+    # Kueue 0.19 (storage version v1beta2): quotas, queues and the Workloads it admits
+    ResourceType(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "resourceflavors",
+        "ResourceFlavor",
+        False,
+        short_names=("flavor", "flavors", "rf"),
+        custom=True,
+    ),
+    ResourceType(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "clusterqueues",
+        "ClusterQueue",
+        False,
+        short_names=("cq",),
+        subresources=("status",),
+        custom=True,
+    ),
+    ResourceType(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "localqueues",
+        "LocalQueue",
+        True,
+        short_names=("queue", "queues", "lq"),
+        subresources=("status",),
+        custom=True,
+    ),
+    ResourceType(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "workloadpriorityclasses",
+        "WorkloadPriorityClass",
+        False,
+        short_names=("wpc",),
+        custom=True,
+    ),
+    ResourceType(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "workloads",
+        "Workload",
+        True,
+        short_names=("kwl", "kueueworkload", "kueueworkloads"),
+        subresources=("status",),
+        custom=True,
+    ),
 )
 
 # KubeVirt's aggregated API: action subresources on VMs (PUT .../start|stop|restart).

@@ -24,6 +24,7 @@ from .endpoints import EndpointsController, EndpointSliceController
 from .failures import OutOfServiceController
 from .kubelet import Kubelet, KubeletConfig, KubeletRuntime
 from .kubevirt import KubeVirtController
+from .kueue import KueueController
 from .netfence import NetworkFenceController
 from .resourcemetrics import DcgmExporter
 from .scheduler import Scheduler
@@ -74,6 +75,7 @@ class Simulation:
             CdiController(ctx),
             Scheduler(ctx),
             KubeVirtController(ctx),
+            KueueController(ctx),
             NetworkFenceController(ctx),
             OutOfServiceController(ctx),
             EndpointsController(ctx),
