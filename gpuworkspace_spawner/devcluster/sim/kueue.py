@@ -288,12 +288,13 @@ def suspend_queued_job(rt: ResourceType, obj: Obj) -> None:
 
 
 def _job_finished(job: Obj) -> tuple[str, str] | None:
-    """``job_controller.go::Finished``: (reason, message) once the Job is Complete or Failed."""
+    """``job_controller.go::Finished``: (reason, message) once the Job is Complete or Failed; the message is
+    the Job condition's (the Job controller always writes one; the fallbacks are ours)."""
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("status") != "True":
             continue
         if cond.get("type") == "Complete":
-            return "Succeeded", "Job finished successfully"
+            return "Succeeded", cond.get("message") or "Job finished successfully"
         if cond.get("type") == "Failed":
             return "Failed", cond.get("message") or "Job failed"
     return None
