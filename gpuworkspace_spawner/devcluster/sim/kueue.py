@@ -157,7 +157,7 @@ class KueueController(SimController):
                 views.append(ko.workload_view(wl, cq_name))
         plan = decide_admissions(queues, views)
         self._apply(plan, blocked, {(w["metadata"]["namespace"], w["metadata"]["name"]): w for w in live})
-        self._queue_status(cqs, queues, lqs, flavors)
+        self._queue_status(cqs, queues, lqs)
 
     def _apply(
         self, plan: AdmissionPlan, blocked: dict[tuple[str, str], str], live: dict[tuple[str, str], Obj]
@@ -227,7 +227,7 @@ class KueueController(SimController):
         )
 
     def _queue_status(
-        self, cqs: dict[str, Obj], queues: dict[str, Any], lqs: dict[tuple[str, str], Obj], flavors: set[str]
+        self, cqs: dict[str, Obj], queues: dict[str, Any], lqs: dict[tuple[str, str], Obj]
     ) -> None:
         workloads = [w for w in self.store.items(self._rt(WORKLOADS)) if not ko.is_true(w, "Finished")]
         counts: dict[Any, list[int]] = {}  # by LocalQueue (namespace, name) and by ClusterQueue name

@@ -274,7 +274,10 @@ def decide_admissions(queues: Mapping[str, QueueSpec], workloads: Sequence[Workl
         if assignments is not None:
             admit.append(Admit(wl.key, cq.name, assignments))
             admitted.append(replace(wl, admitted=assignments))
-            used = usage_of(queues, admitted)
+            for assignment in assignments:
+                for resource, flavor in assignment.flavors.items():
+                    k = (cq.name, flavor, resource)
+                    used[k] = used.get(k, Decimal(0)) + assignment.usage[resource]
             continue
         pending.append(Pending(wl.key, message))
         if cq.preempt_lower_priority and cq.name not in preempting:
