@@ -29,8 +29,14 @@ CUSTOM_SOURCES: dict[tuple[str, str], tuple[str, str | None]] = {
     ("cdi.kubevirt.io", "DataSource"): ("cdi-swagger.json", "v1beta1.DataSource"),
     ("csiaddons.openshift.io", "NetworkFence"): ("csiaddons-networkfences.crd.yaml", None),
     **{
-        ("kueue.x-k8s.io", kind): (f"kueue/kueue.x-k8s.io_{kind.lower()}s.yaml", None)
-        for kind in ("ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass", "Workload")
+        ("kueue.x-k8s.io", kind): (f"kueue/kueue.x-k8s.io_{plural}.yaml", None)
+        for kind, plural in (
+            ("ResourceFlavor", "resourceflavors"),
+            ("ClusterQueue", "clusterqueues"),
+            ("LocalQueue", "localqueues"),
+            ("WorkloadPriorityClass", "workloadpriorityclasses"),
+            ("Workload", "workloads"),
+        )
     },
 }
 # keys a CRD's JSONSchemaProps accepts (anything else is dropped when a CRD is stored)
