@@ -26,7 +26,8 @@ class DefaultingContext:
     allocate_cluster_ip: Callable[[], str]
 
 
-def _container_defaults(container: Obj) -> None:
+def container_defaults(container: Obj) -> None:
+    """``SetDefaults_Container`` (pods and pod templates)."""
     image = container.get("image", "")
     tagless = ":" not in image.rsplit("/", 1)[-1] and "@" not in image
     pull = "Always" if tagless or image.endswith(":latest") else "IfNotPresent"
@@ -72,7 +73,7 @@ def _pod_defaults(pod: Obj) -> None:
     sa = spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
     spec.setdefault("serviceAccount", sa)
     for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
-        _container_defaults(c)
+        container_defaults(c)
     # DefaultTolerationSeconds admission plugin
     tolerations = spec.setdefault("tolerations", [])
     for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
@@ -175,7 +176,7 @@ def apply_update_defaults(rt: ResourceType, obj: Obj) -> None:
         _secret_defaults(obj)
     elif rt.key == ("", "pods"):
         for c in list(obj.get("spec", {}).get("containers") or []):
-            _container_defaults(c)
+            container_defaults(c)
 
 
 # The devcluster's --service-cluster-ip-range. Loopback, so that the host can reach ClusterIPs (the

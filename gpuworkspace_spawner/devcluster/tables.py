@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
+from . import jobspec
 from .errors import ApiError, bad_request
 from .jsonpath import eval_jsonpath, is_num, parse_jsonpath
 from .resources import ResourceType
@@ -453,6 +454,25 @@ def _service(obj: Obj, now: datetime) -> list[Any]:
     cluster_ip = (spec.get("clusterIPs") or [spec.get("clusterIP")])[0] or "<none>"
     selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items())) or "<none>"
     return [kind, cluster_ip, external_ip, ports or "<none>", selector]
+
+
+def _seconds_between(start: Any, end: Any) -> float | None:
+    begin = parse_time(start)
+    finish = parse_time(end) if end else datetime.now(UTC)
+    return (finish - begin).total_seconds() if begin and finish else None
+
+
+@_printer("job", "Name|Status|Completions|Duration|Age|+Containers|+Images|+Selector", ("batch", "jobs"))
+def _job(obj: Obj, now: datetime) -> list[Any]:
+    containers = _get(obj, "spec", "template", "spec", "containers", default=[])
+    selector = _get(obj, "spec", "selector", default={})
+    match = ",".join(f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items()))
+    return [
+        *jobspec.job_cells(obj, _seconds_between, human_duration),
+        ",".join(c.get("name", "") for c in containers),
+        ",".join(c.get("image", "") for c in containers),
+        match or "<none>",
+    ]
 
 
 def _more(items: list[str], empty: str = "<unset>", limit: int = 3) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from . import errors, patching, podsecurity, validation
+from . import errors, jobspec, patching, podsecurity, validation
 from .defaults import ClusterIPAllocator, DefaultingContext, apply_defaults, apply_update_defaults
 from .errors import ApiError
 from .quantity import parse_quantity
@@ -51,6 +51,16 @@ def _content(rt: ResourceType, obj: Obj) -> Obj:
     """What bumps ``metadata.generation``: everything but metadata (and status, when separate)."""
     skip = {"metadata", "status"} if "status" in rt.subresources else {"metadata"}
     return {k: v for k, v in obj.items() if k not in skip}
+
+
+def _check_job(job: Obj, old: Obj | None) -> None:
+    """Job defaulting, selector generation and validation (jobspec.py), as the batch registry does."""
+    jobspec.default_job(job)
+    if old is None:
+        jobspec.generate_selector(job)
+    causes = jobspec.validate_job(job) if old is None else jobspec.validate_job_update(old, job)
+    if causes:
+        raise errors.invalid("Job", job["metadata"].get("name", ""), causes, "batch")
 
 
 def _admit_pod(store: Store, namespace: str, pod: Obj) -> list[str]:
@@ -169,6 +179,8 @@ class Verbs:
             webhook(rt, obj)
         if rt.key == ("", "pods"):
             warnings = [*warnings, *_admit_pod(self.store, namespace, obj)]
+        if rt.key == ("batch", "jobs"):
+            _check_job(obj, None)
         if dry_run:
             return obj, warnings
         return self.store.put(rt, obj), warnings
@@ -274,6 +286,8 @@ class Verbs:
                 )
         elif rt.key == ("", "persistentvolumeclaims"):
             self._check_pvc_update(old, new)
+        elif rt.key == ("batch", "jobs"):
+            _check_job(new, old)
 
     def _check_pvc_update(self, old: Obj, new: Obj) -> None:
         name = old["metadata"]["name"]

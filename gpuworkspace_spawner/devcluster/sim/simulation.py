@@ -22,6 +22,7 @@ from .csi_resize import ResizeController
 from .devices import DeviceManager
 from .endpoints import EndpointsController, EndpointSliceController
 from .failures import OutOfServiceController
+from .jobs import JobController
 from .kubelet import Kubelet, KubeletConfig, KubeletRuntime
 from .kubevirt import KubeVirtController
 from .kueue import KueueController
@@ -81,6 +82,7 @@ class Simulation:
             EndpointsController(ctx),
             EndpointSliceController(ctx),
             ServiceProxy(ctx),
+            JobController(ctx),
         ]
         self.components += [
             Kubelet(
