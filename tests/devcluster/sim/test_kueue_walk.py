@@ -54,11 +54,11 @@ QUEUES = [
 ]  # fmt: skip
 
 
-def job(name: str) -> dict[str, Any]:
+def job(name: str, code: str = "print(1)") -> dict[str, Any]:
     container = {
         "name": "train",
         "image": "python:3.11",
-        "command": ["python", "-c", "print(1)"],
+        "command": ["python", "-c", code],
         "resources": {"limits": {"nvidia.com/gpu": "1"}},
     }
     return {"apiVersion": "batch/v1", "kind": "Job",
@@ -79,7 +79,10 @@ def condition(wl: dict[str, Any] | None, kind: str) -> dict[str, Any]:
 
 def test_kubectl_walk_two_jobs_one_gpu(kubectl: Kubectl) -> None:
     kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in QUEUES))
-    kubectl("create", "-f", "-", input=json.dumps(job("first")))
+    # the first runs long enough for the second to be seen waiting, then finishes and frees the GPU
+    kubectl(
+        "create", "-f", "-", input=json.dumps(job("first", "import time; time.sleep(25); print('first')"))
+    )
     eventually(
         lambda: condition(workload_of(kubectl, "first"), "Admitted").get("status") == "True", "first admitted"
     )
@@ -125,3 +128,22 @@ def test_kubectl_walk_two_jobs_one_gpu(kubectl: Kubectl) -> None:
     }
     assert rows["first"][:3] == ["jobs", "training", "True"]
     assert rows["second"][0] == "jobs" and len(rows["second"]) == 2  # RESERVED IN, ADMITTED, FINISHED blank
+
+    # the Job controller runs the admitted Job's pod on the flavor's nodes; when it completes, its Workload
+    # finishes, the quota is released, and the second is admitted and runs to completion
+    def job_condition(name: str, kind: str) -> bool:
+        status = json.loads(kubectl("get", "job", name, "-n", NS, "-o", "json").stdout).get("status") or {}
+        return any(c["type"] == kind and c["status"] == "True" for c in status.get("conditions") or [])
+
+    eventually(lambda: job_condition("first", "Complete"), "the first Job to complete", 90)
+    eventually(
+        lambda: condition(workload_of(kubectl, "first"), "Finished").get("status") == "True", "finished"
+    )
+    eventually(
+        lambda: condition(workload_of(kubectl, "second"), "Admitted").get("status") == "True",
+        "second admitted",
+    )
+    eventually(lambda: job_condition("second", "Complete"), "the second Job to complete", 90)
+    assert kubectl("logs", "job/second", "-n", NS).stdout.strip() == "1"
+    pods = json.loads(kubectl("get", "pods", "-n", NS, "-l", "job-name=first", "-o", "json").stdout)["items"]
+    assert pods and pods[0]["spec"]["nodeSelector"] == {"gpuworkspace.dev/pool": "gpu"}
