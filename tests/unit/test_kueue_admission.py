@@ -17,7 +17,12 @@ from gpuworkspace_spawner.devcluster.sim.kueueadmit import (
     WorkloadView,
     decide_admissions,
 )
-from gpuworkspace_spawner.devcluster.sim.kueueobjs import workload_name
+from gpuworkspace_spawner.devcluster.sim.kueueobjs import (
+    job_suspended,
+    pod_set_template,
+    restore_template,
+    workload_name,
+)
 
 GPU = "nvidia.com/gpu"
 
@@ -191,3 +196,43 @@ def test_workload_name_as_kueue_derives_it() -> None:
     expected = "job-train-" + hashlib.sha1(b"Job\nbatch\ntrain\n" + uid.encode()).hexdigest()[:5]
     assert workload_name("train", uid) == expected
     assert len(workload_name("x" * 300, uid)) == 253
+
+
+def test_pod_set_drops_managed_labels_and_stop_restores_the_template_it_kept() -> None:
+    """``PodSets``/``cleanManagedLabels`` then ``RestorePodSetsInfo``: the flavor's node selector,
+    toleration and label go, the user's own template fields and the Job-managed labels stay."""
+    managed = {"batch.kubernetes.io/job-name": "train", "job-name": "train", "controller-uid": "u"}
+    job = {
+        "metadata": {"name": "train"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": "a", **managed}},
+                "spec": {"nodeSelector": {"zone": "a"}, "containers": [{"name": "c"}]},
+            }
+        },
+    }
+    kept = pod_set_template(job)
+    assert kept["metadata"]["labels"] == {"team": "a"}
+    admitted = {
+        "metadata": {"labels": {"team": "a", "flavor": "h100", **managed}},
+        "spec": {
+            "nodeSelector": {"zone": "a", "nvidia.com/gpu.product": "H100"},
+            "tolerations": [{"key": GPU, "operator": "Exists"}],
+            "containers": [{"name": "c"}],
+        },
+    }
+    restored = restore_template(admitted, kept)
+    assert restored["metadata"]["labels"] == {"team": "a", **managed}
+    assert restored["spec"] == {"nodeSelector": {"zone": "a"}, "containers": [{"name": "c"}]}
+
+
+@pytest.mark.parametrize(
+    ("suspend", "annotations", "suspended"),
+    [(True, {}, True), (False, {}, False), (True, {"kueue.x-k8s.io/stopping": "true"}, False)],
+)
+def test_a_stop_in_progress_is_not_suspended(
+    suspend: bool, annotations: dict[str, str], suspended: bool
+) -> None:
+    assert (
+        job_suspended({"metadata": {"annotations": annotations}, "spec": {"suspend": suspend}}) is suspended
+    )

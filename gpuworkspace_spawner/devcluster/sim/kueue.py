@@ -83,7 +83,7 @@ class KueueController(SimController):
                 reason, message = finished
                 self._write_conditions(wl, [("Finished", "True", reason, message)])
             return
-        suspended = bool((job.get("spec") or {}).get("suspend"))
+        suspended = ko.job_suspended(job)
         admitted = ko.is_true(wl, "Admitted")
         if admitted and suspended:
             self._start_job(job, wl)
@@ -115,10 +115,33 @@ class KueueController(SimController):
         self._set_suspend(job, False, template)
 
     def _stop_job(self, job: Obj, wl: Obj) -> None:
+        """``job_controller.go`` ``Stop``, three writes as Kueue makes them: suspend (with the
+        ``kueue.x-k8s.io/stopping`` annotation, so an interrupted stop is resumed), reset ``status.startTime``
+        through the status subresource (the API allows new scheduling directives only for a suspended Job that
+        never started), then restore the pod set's template (``RestorePodSetsInfo``) and drop the annotation.
+        Each write carries the resourceVersion it read (``clientutil.Patch`` with an optimistic lock)."""
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        if not ko.job_suspended(job):
+            new = clone(job)
+            new["spec"]["suspend"] = True
+            new["metadata"].setdefault("annotations", {})[ko.STOPPING_ANNOTATION] = "true"
+            job = self.verbs.update(self._rt(JOBS), ns, name, new)[0]
+        if (job.get("status") or {}).get("startTime"):
+            status = {k: v for k, v in job["status"].items() if k != "startTime"}
+            job = self.verbs.update(
+                self._rt(JOBS), ns, name, {**job, "status": status}, subresource="status"
+            )[0]
         pod_sets = (wl.get("spec") or {}).get("podSets") or [{}]
-        original = pod_sets[0].get("template") or {}
-        template = ko.restore_template((job.get("spec") or {}).get("template") or {}, original)
-        self._set_suspend(job, True, template)
+        new = clone(job)
+        new["spec"]["template"] = ko.restore_template(
+            new["spec"].get("template") or {}, pod_sets[0].get("template") or {}
+        )
+        annotations = new["metadata"].get("annotations") or {}
+        annotations.pop(ko.STOPPING_ANNOTATION, None)
+        if not annotations:
+            new["metadata"].pop("annotations", None)
+        if new != job:
+            self.verbs.update(self._rt(JOBS), ns, name, new)
 
     def _set_suspend(self, job: Obj, suspend: bool, template: Obj | None) -> None:
         new = clone(job)

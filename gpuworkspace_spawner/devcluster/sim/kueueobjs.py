@@ -20,6 +20,14 @@ GROUP = "kueue.x-k8s.io"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+STOPPING_ANNOTATION = "kueue.x-k8s.io/stopping"  # job_controller.go StoppingAnnotation
+# labels the Job controller manages: not copied into the Workload, kept on restore (job_controller.go)
+MANAGED_LABELS = (
+    "job-name",
+    "controller-uid",
+    "batch.kubernetes.io/job-name",
+    "batch.kubernetes.io/controller-uid",
+)
 MAIN = "main"  # a batch Job has one pod set
 
 
@@ -49,10 +57,28 @@ def job_pod_count(job: Obj) -> int:
     return count
 
 
+def job_suspended(job: Obj) -> bool:
+    """``job_controller.go::IsSuspended``: ``spec.suspend`` and no stop in progress (stopping annotation)."""
+    annotations = job["metadata"].get("annotations") or {}
+    return bool((job.get("spec") or {}).get("suspend")) and annotations.get(STOPPING_ANNOTATION) != "true"
+
+
+def pod_set_template(job: Obj) -> Obj:
+    """``PodSets``: the Job's template without the labels the Job controller manages (``cleanManagedLabels``)."""
+    template = dict((job.get("spec") or {}).get("template") or {})
+    meta = dict(template.get("metadata") or {})
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in MANAGED_LABELS}
+    if labels:
+        meta["labels"] = labels
+    else:
+        meta.pop("labels", None)
+    return {**template, "metadata": meta}
+
+
 def build_workload(job: Obj, priority: tuple[str, int] | None) -> Obj:
     """The Workload Kueue's job reconciler creates for a queue-labelled batch Job."""
     meta = job["metadata"]
-    template = (job.get("spec") or {}).get("template") or {}
+    template = pod_set_template(job)
     spec: Obj = {
         "active": True,
         "queueName": meta["labels"][QUEUE_LABEL],
@@ -236,12 +262,21 @@ def inject_flavor(template: Obj, flavor: Obj | None) -> Obj:
 
 
 def restore_template(template: Obj, original: Obj) -> Obj:
-    """On suspension Kueue restores the pod set's nodeSelector and tolerations as they were (podset.go)."""
-    spec = dict(template.get("spec") or {})
-    for key in ("nodeSelector", "tolerations"):
-        value = (original.get("spec") or {}).get(key)
-        if value is None:
-            spec.pop(key, None)
+    """``RestorePodSetsInfo`` + ``podset.RestorePodSpec``: the pod set's labels (plus the Job-managed labels
+    the template has), annotations, nodeSelector, tolerations and schedulingGates, as the Workload keeps them."""
+    meta, spec = dict(template.get("metadata") or {}), dict(template.get("spec") or {})
+    old_meta, old_spec = original.get("metadata") or {}, original.get("spec") or {}
+    labels = dict(old_meta.get("labels") or {})
+    labels |= {k: v for k, v in (meta.get("labels") or {}).items() if k in MANAGED_LABELS}
+    for target, source, key in (
+        (meta, {"labels": labels or None}, "labels"),
+        (meta, old_meta, "annotations"),
+        (spec, old_spec, "nodeSelector"),
+        (spec, old_spec, "tolerations"),
+        (spec, old_spec, "schedulingGates"),
+    ):
+        if source.get(key):
+            target[key] = source[key]
         else:
-            spec[key] = value
-    return {**template, "spec": spec}
+            target.pop(key, None)
+    return {**template, "metadata": meta, "spec": spec}

@@ -1,8 +1,11 @@
-"""Kueue in the devcluster (sim/kueue.py) on a real DevCluster API, without a Job controller (none exists on
-this branch: Jobs are driven through ``spec.suspend`` and their Complete condition, no pods are needed):
-a queued Job is created suspended, gets its Workload, is admitted and unsuspended with the flavor's node
-labels and tolerations, waits with Kueue's message when the quota is used up, finishing releases the quota,
-a higher priority preempts a lower one, and kubectl shows the queues and workloads with their columns."""
+"""Kueue in the devcluster (sim/kueue.py) on a real DevCluster API, mostly without the Job controller (Jobs
+are driven through ``spec.suspend`` and their Complete condition, no pods are needed): a queued Job is
+created suspended, gets its Workload, is admitted and unsuspended with the flavor's node labels and
+tolerations, waits with Kueue's message when the quota is used up, finishing releases the quota, and
+kubectl shows the queues and workloads with their columns. Preemption runs with the Job controller
+(sim/jobs.py): the preempted Job is stopped as Kueue's batch Job integration stops it (suspend, reset
+``status.startTime``, restore the template: the Job API refuses the template change otherwise), its pod
+goes, and it runs again once the preemptor finishes."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pytest
 from gpuworkspace_spawner.devcluster.cluster import DevCluster
 from gpuworkspace_spawner.devcluster.resources import find
 from gpuworkspace_spawner.devcluster.sim.context import SimContext
+from gpuworkspace_spawner.devcluster.sim.jobs import JobController
 from gpuworkspace_spawner.devcluster.sim.kueue import KueueController
 from gpuworkspace_spawner.devcluster.sim.kueueobjs import workload_name
 
@@ -27,6 +31,7 @@ LQS, WPCS, WLS = (
     find(K, "v1beta2", "workloadpriorityclasses"),
     find(K, "v1beta2", "workloads"),
 )
+PODS = find("", "v1", "pods")
 NS = "default"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -218,14 +223,42 @@ async def test_queued_job_is_admitted_then_the_next_waits_and_runs_after(
     await until(lambda: store.get(JOBS, NS, "second")["spec"]["suspend"] is False, "second unsuspended")
 
 
+@pytest.fixture
+async def job_controller(kueue: tuple[DevCluster, KueueController]) -> AsyncIterator[JobController]:
+    cluster, _ = kueue
+    ctx = SimContext(verbs=cluster.verbs, state_dir=cluster.state_dir, pod_runtime=cluster.pod_runtime)
+    controller = JobController(ctx)
+    await controller.start()
+    yield controller
+    await controller.stop()
+
+
+def pods_of(store: Any, name: str) -> list[dict[str, Any]]:
+    return [p for p in store.items(PODS, NS) if p["metadata"]["labels"].get("job-name") == name]
+
+
+def complete(cluster: DevCluster, name: str) -> None:
+    done = cluster.store.get(JOBS, NS, name)
+    finished = {
+        "type": "Complete",
+        "status": "True",
+        "reason": "CompletionsReached",
+        "message": "Reached expected number of succeeded pods",
+    }
+    status = {**(done.get("status") or {}), "conditions": [finished]}
+    cluster.verbs.update(JOBS, NS, name, {**done, "status": status}, subresource="status")
+
+
 async def test_higher_priority_preempts_lower_which_is_resuspended_and_requeued(
-    kueue: tuple[DevCluster, KueueController],
+    kueue: tuple[DevCluster, KueueController], job_controller: JobController
 ) -> None:
     cluster, _ = kueue
     v, store = cluster.verbs, cluster.store
     low = v.create(JOBS, NS, job("low", "low"))[0]
     low_wl = workload_name("low", low["metadata"]["uid"])
-    await until(lambda: store.get(JOBS, NS, "low")["spec"]["suspend"] is False, "low running")
+    await until(lambda: (store.get(JOBS, NS, "low").get("status") or {}).get("startTime"), "low started")
+    first_pod = await until(lambda: pods_of(store, "low"), "low's pod")
+    assert first_pod[0]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "H100"}
     high = v.create(JOBS, NS, job("high", "high"))[0]
     high_wl = workload_name("high", high["metadata"]["uid"])
     await until(
@@ -239,11 +272,46 @@ async def test_higher_priority_preempts_lower_which_is_resuspended_and_requeued(
     )
     assert "admission" not in evicted["status"]
     assert cond(evicted, "QuotaReserved")["reason"] == "Pending"  # requeued: waits again
+
+    # Kueue's Stop: suspended, startTime reset, the flavor's injection undone, no stop left half-done
     low_job = await until(
-        lambda: store.get(JOBS, NS, "low")["spec"]["suspend"] is True and store.get(JOBS, NS, "low"),
-        "low re-suspended",
+        lambda: (
+            cond(store.get(JOBS, NS, "low"), "Suspended").get("status") == "True"
+            and store.get(JOBS, NS, "low")
+        ),
+        "low re-suspended by its Job controller",
     )
-    assert "nodeSelector" not in low_job["spec"]["template"]["spec"]  # the flavor's injection is undone
+    assert low_job["spec"]["suspend"] is True
+    assert "startTime" not in low_job["status"]
+    template = low_job["spec"]["template"]
+    assert "nodeSelector" not in template["spec"] and "tolerations" not in template["spec"]
+    assert "kueue.x-k8s.io/stopping" not in (low_job["metadata"].get("annotations") or {})
+    assert template["metadata"]["labels"]["batch.kubernetes.io/job-name"] == "low"  # managed labels kept
+    # the Job controller: its pod removed without counting it as a failure, Suspended as Kubernetes writes it
+    assert cond(low_job, "Suspended")["reason"] == "JobSuspended"
+    await until(lambda: not pods_of(store, "low"), "low's pod deleted")
+    low_status = store.get(JOBS, NS, "low")["status"]
+    assert (low_status.get("failed", 0), low_status.get("active", 0)) == (0, 0)
+    await until(lambda: pods_of(store, "high"), "high's pod")
+    assert "nodeSelector" not in store.get(WLS, NS, low_wl)["spec"]["podSets"][0]["template"]["spec"]
+
+    # the preemptor finishes: the preempted Job is admitted again, placed again, resumed with a new clock
+    complete(cluster, "high")
+    await until(
+        lambda: cond(store.get(WLS, NS, low_wl), "Admitted").get("status") == "True", "low readmitted"
+    )
+    resumed = await until(
+        lambda: (
+            cond(store.get(JOBS, NS, "low"), "Suspended").get("reason") == "JobResumed"
+            and store.get(JOBS, NS, "low")
+        ),
+        "low resumed",
+    )
+    assert resumed["status"]["startTime"]
+    assert resumed["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "H100"}
+    assert cond(store.get(WLS, NS, low_wl), "Evicted")["message"].startswith("Previously: Preempted")
+    second_pod = await until(lambda: pods_of(store, "low"), "low's new pod")
+    assert second_pod[0]["metadata"]["name"] != first_pod[0]["metadata"]["name"]
 
 
 async def test_kubectl_shows_queues_and_workloads_with_their_columns(
