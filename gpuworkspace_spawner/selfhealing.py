@@ -284,6 +284,9 @@ class SelfHealing(LoggingConfigurable):
             if pod is not None and (_failed(pod) or _restart_count(pod) or _exited(pod)):
                 return  # the next poll decides (rebuild again, wait for the kubelet, or give up)
             await asyncio.sleep(0.5)
+        # the rebuilt pod is the one a next loss is judged from (and rebuilt from), even when it is
+        # lost before the hub's next poll has seen it
+        self._remember_pod(pod)
         await self._record_last_node((pod.get("spec") or {}).get("nodeName"))
         await self._reroute(pod)
 

@@ -88,11 +88,15 @@ class LastSeen(dict[str, Any]):
     def pop(self, key: str, *default: Any) -> Any:
         value = super().pop(key, *default)
         if value is not None:
-            self.gone[key] = value
-            self.gone.move_to_end(key)
-            while len(self.gone) > GONE_KEPT:
-                self.gone.popitem(last=False)
+            self.remember(key, value)
         return value
+
+    def remember(self, key: str, value: Any) -> None:
+        """Keep ``value`` as the last copy of the deleted object ``key`` (the newest GONE_KEPT)."""
+        self.gone[key] = value
+        self.gone.move_to_end(key)
+        while len(self.gone) > GONE_KEPT:
+            self.gone.popitem(last=False)
 
 
 _REMEMBERING: dict[type[ResourceReflector], type[ResourceReflector]] = {}
@@ -109,7 +113,14 @@ def remembering(reflector_class: type[ResourceReflector]) -> type[ResourceReflec
 
             @validate("resources")
             def _remember(self, proposal: Any) -> LastSeen:
-                return LastSeen(dict(proposal["value"]), self._gone)
+                # A re-list (KubeSpawner's watch re-lists at every reconnect) replaces the cache: an
+                # object deleted between the old watch's end and the list never gets its DELETED event,
+                # so the copy the old cache had is remembered here instead.
+                before = self._trait_values.get("resources") or {}
+                after = LastSeen(dict(proposal["value"]), self._gone)
+                for key in before.keys() - after.keys():
+                    after.remember(key, before[key])
+                return after
 
         Remembering.__name__ = Remembering.__qualname__ = f"Remembering{reflector_class.__name__}"
         _REMEMBERING[reflector_class] = Remembering

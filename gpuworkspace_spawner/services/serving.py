@@ -10,18 +10,34 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from tornado import gen, httputil, web
 from tornado.http1connection import HTTP1Connection
 from tornado.httpserver import HTTPServer
+from tornado.httputil import url_concat
 from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream, StreamClosedError
+
+if TYPE_CHECKING:
+    from jupyterhub.services.auth import HubOAuth
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # the services' JSON bodies are a few hundred bytes
 _HEADER_ROOM = 64 << 10  # read buffer room for the request line and headers, above the body limit
 LINGER_S = 5.0  # after a 413: how long what the client still sends is read and dropped before closing
+
+
+def login_url(handler: web.RequestHandler, hub_auth: HubOAuth) -> str:
+    """The hub's OAuth authorize URL for this request, with the state cookie (and PKCE where the
+    installed JupyterHub does it) set on ``handler``."""
+    params: dict[str, str] = {}
+    verifier = None
+    if getattr(hub_auth, "pkce_enabled", False):
+        verifier, challenge, method = hub_auth.generate_pkce_code_challenge()
+        params |= {"code_challenge": challenge, "code_challenge_method": method}
+    state = hub_auth.set_state_cookie(handler, next_url=handler.request.uri, code_verifier=verifier)
+    return str(url_concat(hub_auth.login_url, {**params, "state": state}))
 
 
 def hub_prefix(hub_auth: Any) -> str:

@@ -506,3 +506,23 @@ def oidc_login(page: Any, stack: HubStack, user: str) -> None:
     page.wait_for_url(f"{stack.oidc.url}/oauth2/authorize*")
     page.get_by_role("button", name=user, exact=True).click()
     page.wait_for_url(re.compile(r".*/hub/(spawn|home).*"))
+
+
+@contextlib.contextmanager
+def logged_in_page(
+    browser: Any,
+    stack: HubStack,
+    user: str,
+    viewport: dict[str, int] | None = None,
+    timeout_ms: int = 30_000,
+) -> Iterator[Any]:
+    """A chromium page in a browser context of its own with ``user`` logged in (the hub serves its
+    pages to a login cookie, not to an API token); the context is closed on leaving."""
+    context = browser.new_context(viewport=viewport) if viewport else browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_default_timeout(timeout_ms)
+        oidc_login(page, stack, user)
+        yield page
+    finally:
+        context.close()

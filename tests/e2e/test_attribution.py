@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from .agents import start_agents
-from .harness import REPO, HubStack, http, oidc_login
+from .harness import REPO, HubStack, http, logged_in_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -196,12 +196,17 @@ def test_api_figures_match_the_scripted_gpu_load(stack: HubStack, workspaces: di
     dc = stack.devcluster
     with start_agents(dc.state_dir, dc.url, dc.kubeconfig, log_dir=stack.log_dir):
         for user, util, mem in (("cai", 30, 5_000), ("dee", 20, 3_000)):
+            # the first per-process reading can be an idle one (no NVML sample since the agent's previous
+            # read, e.g. two scrapes close together on a loaded machine): wait for the figures, as above
             body = until(
-                lambda u=user: (d := detail(stack, u, "w"))["gpu"]["basis"] == "per-process" and d,
+                lambda u=user, want=util: (
+                    (d := detail(stack, u, "w"))["gpu"]["basis"] == "per-process"
+                    and close(d["gpu"]["util_percent"], want)
+                    and d
+                ),
                 f"{user}'s per-process figures",
                 timeout_s=90,
             )
-            assert close(body["gpu"]["util_percent"], util), body["gpu"]
             assert close(body["gpu"]["mem_used_mib"], mem, 1), body["gpu"]
     # the agent gone: back to the honest "shared" figure
     until(lambda: detail(stack, "cai", "w")["gpu"]["basis"] == "shared", "the shared basis again", 90)
@@ -226,11 +231,7 @@ def test_dashboard_renders_the_node_grid_and_charts(
     stack: HubStack, workspaces: dict[str, Any], browser: Any
 ) -> None:
     script(stack, workspaces["ana"], gpu_util=73, mem_used_mib=20_000, power_w=350)
-    context = browser.new_context(viewport={"width": 1400, "height": 1200})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        oidc_login(page, stack, "bob")
+    with logged_in_page(browser, stack, "bob", viewport={"width": 1400, "height": 1200}) as page:
         page.goto(f"{stack.url}/hub/home")
         page.locator(
             "#gpuws-gpu-usage-nav"
@@ -252,8 +253,6 @@ def test_dashboard_renders_the_node_grid_and_charts(
         shot = ARTIFACTS / "attribution-dashboard.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
-    finally:
-        context.close()
 
 
 def test_a_full_shared_gpu_names_its_holders(stack: HubStack, workspaces: dict[str, Any]) -> None:

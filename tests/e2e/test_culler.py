@@ -58,7 +58,7 @@ import pytest
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from .harness import HubStack, http, oidc_login, wait_for
+from .harness import HubStack, http, logged_in_page, wait_for
 from .test_attribution import ARTIFACTS, NS, WORKLOAD, kubectl, pod_of, script, until, user_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -460,16 +460,10 @@ def activity_after_warning(stack: HubStack, watch: Watch, ws: Workspace) -> None
 def spawn_card(stack: HubStack, browser: Any, profile: str) -> str:
     """The profile's card as the spawn page shows it to a logged-in user (alice, in chromium: the hub
     serves its pages to a login cookie, not to an API token)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        oidc_login(page, stack, "alice")
+    with logged_in_page(browser, stack, "alice", viewport={"width": 1280, "height": 900}) as page:
         page.goto(f"{stack.url}/hub/spawn/alice/card-form")
         page.locator(f"#profile-item-{profile}").wait_for(state="attached")
         return card_session_line(page.content(), profile)
-    finally:
-        context.close()
 
 
 def card_session_line(html: str, profile: str) -> str:
@@ -571,11 +565,7 @@ class Run:
 
 def check_notice_in_browser(stack: HubStack, browser: Any, watch: Watch, user: str) -> dict[str, Any]:
     """Log ``user`` in before the warning (the culler's OAuth too), then read the banner once warned."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        oidc_login(page, stack, user)
+    with logged_in_page(browser, stack, user, viewport={"width": 1280, "height": 900}) as page:
         page.goto(f"{stack.url}/hub/home")
         page.wait_for_load_state("networkidle")  # the banner's fetch: the culler logs the browser in
         warned = until(lambda: watch.warned(user), f"a warning to {user}", 150)
@@ -586,8 +576,6 @@ def check_notice_in_browser(stack: HubStack, browser: Any, watch: Watch, user: s
         shot = ARTIFACTS / "culler-notice.png"
         page.screenshot(path=str(shot), full_page=True)
         return {"text": notice.inner_text(), "decision": warned, "screenshot": shot}
-    finally:
-        context.close()
 
 
 def stop_all(stack: HubStack, users: list[str]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .harness import REPO, HubStack, oidc_login, wait_for
+from .harness import REPO, HubStack, logged_in_page, wait_for
 from .test_disk_admin import call, user_token
 from .test_workspace_lifecycle import contents, get_json, start, write_file
 
@@ -91,11 +91,7 @@ def test_alice_sees_her_disk_and_the_near_full_warning_and_bob_does_not(
     status, snap = call(base, stack.admin_token, "POST", f"api/v1/disks/{CLAIM}/snapshots", {})
     assert status in (201, 202), snap
 
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        oidc_login(page, stack, USER)
+    with logged_in_page(browser, stack, USER, viewport={"width": 1280, "height": 1000}) as page:
         shown, row = _same_figures(page, stack, base, mine)
         # what the page shows: the workspace, its runtime and size, use, free space, inodes and state
         assert (shown["workspace"], shown["runtime"], shown["size"]) == (SERVER, "container (home)", "1Gi")
@@ -126,8 +122,6 @@ def test_alice_sees_her_disk_and_the_near_full_warning_and_bob_does_not(
         page.locator("#gpuws-workspaces").scroll_into_view_if_needed()
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
-    finally:
-        context.close()
 
     # bob sees none of alice's figures: not through the new view, nor the workspace API
     status, body = call(base, nosy, "GET", f"api/v1/users/{USER}/disks")
@@ -135,18 +129,12 @@ def test_alice_sees_her_disk_and_the_near_full_warning_and_bob_does_not(
     assert call(base, nosy, "GET", f"api/v1/workspaces/{USER}/{SERVER}")[0] == 403
     status, own = call(base, nosy, "GET", f"api/v1/users/{OTHER}/disks")
     assert status == 200 and all(r["claim"] != CLAIM for r in own["items"]), own
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        oidc_login(page, stack, OTHER)
+    with logged_in_page(browser, stack, OTHER) as page:
         page.goto(f"{stack.url}/hub/home")
         page.wait_for_load_state("networkidle")
         page.locator("#gpuws-disk-status").wait_for()
         assert page.locator(ROW).count() == 0 and page.locator(WARNING).count() == 0
         assert page.locator("#gpuws-disks").get_attribute("data-url").endswith(f"/users/{OTHER}/disks")
-    finally:
-        context.close()
     stack.hub.stop_server(USER, SERVER)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from .harness import HubStack, http, oidc_login
+from .harness import HubStack, http, logged_in_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -33,11 +33,7 @@ def _pick_profile(page: Any, slug: str) -> None:
 
 
 def test_browser_login_spawn_lands_in_jupyterlab(stack: HubStack, browser: Any) -> None:
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        oidc_login(page, stack, "alice")
+    with logged_in_page(browser, stack, "alice") as page:
         if "/hub/spawn" not in page.url:
             page.goto(f"{stack.url}/hub/spawn")
         # the spawn page lists the profiles (KubeSpawner: one radio button per slug)
@@ -49,8 +45,6 @@ def test_browser_login_spawn_lands_in_jupyterlab(stack: HubStack, browser: Any) 
         page.wait_for_url(f"{stack.url}/user/alice/lab*", timeout=120_000)
         page.locator("#jp-main-dock-panel").wait_for(timeout=60_000)
         assert "JupyterLab" in page.title()
-    finally:
-        context.close()
     status, model = stack.hub.api("GET", "/users/alice")
     assert status == 200
     assert sorted(model["groups"]) == ["researchers"]  # the OIDC groups claim became hub groups
@@ -61,11 +55,7 @@ def test_browser_starts_a_vm_workspace_from_the_spawn_page(stack: HubStack, brow
     """A VM profile picked on the spawn page: JupyterLab served from inside the VM (its root disk)."""
     if stack.hub.spawner != "gpuworkspace":
         pytest.skip("VM workspaces are this project's spawner's")
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        oidc_login(page, stack, "bob")
+    with logged_in_page(browser, stack, "bob") as page:
         page.goto(f"{stack.url}/hub/spawn/bob/vmws")
         page.locator("#spawn_form").wait_for()
         assert "whole Linux VM" in page.locator("#spawn_form").inner_text()
@@ -77,8 +67,6 @@ def test_browser_starts_a_vm_workspace_from_the_spawn_page(stack: HubStack, brow
         page.goto(f"{stack.url}/hub/home")  # the home page tells the workspace's state
         row = page.locator('#gpuws-workspaces tr[data-server-name="vmws"] .gpuws-state')
         assert row.inner_text() == "Running"
-    finally:
-        context.close()
     kinds = [k["metadata"]["name"] for k in _vm_objects(stack, "bob")]
     assert kinds, "no VirtualMachine for bob/vmws"
     stack.hub.stop_server("bob", "vmws")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from .harness import HubStack, http, oidc_login, wait_for
+from .harness import HubStack, http, logged_in_page, wait_for
 from .test_workspace_lifecycle import get_json, kubectl, start, write_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -182,14 +182,8 @@ def test_a_server_that_crashes_at_every_start_stops_with_a_reason(stack: HubStac
 
 
 def _home_page_reason(stack: HubStack, browser: Any, user: str, server: str) -> str:
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        oidc_login(page, stack, user)
+    with logged_in_page(browser, stack, user) as page:
         page.goto(f"{stack.url}/hub/home")
         row = page.locator(f'#gpuws-workspaces tr[data-server-name="{server}"]')
         assert row.locator(".gpuws-state").inner_text() == "Stopped"
         return str(row.locator("td").nth(2).inner_text())
-    finally:
-        context.close()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from . import test_disk_admin
-from .harness import HubStack, http, oidc_login, wait_for
+from .harness import HubStack, http, logged_in_page, wait_for
 from .test_disk_admin import PREFIX, call, user_token
 from .test_workspace_lifecycle import WRITE_VERBS, get_json, kubectl, read_file, start, write_file
 
@@ -171,11 +171,9 @@ def retained_until(stack: HubStack, claim: str) -> float | None:
 def restore_on_page(stack: HubStack, browser: Any, snapshot: str) -> str:
     """Log alice in, follow the home page's link to the disk service's snapshot page, press Restore on
     ``snapshot``; the page's answer."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    try:
-        oidc_login(page, stack, USER)
+    with logged_in_page(
+        browser, stack, USER, viewport={"width": 1280, "height": 900}, timeout_ms=60_000
+    ) as page:
         page.goto(f"{stack.url}/hub/home")
         page.locator("#gpuws-snapshots-nav").click()  # the home page's link to the page
         page.wait_for_url(f"{stack.url}{PREFIX}snapshots*")
@@ -187,8 +185,6 @@ def restore_on_page(stack: HubStack, browser: Any, snapshot: str) -> str:
         row.get_by_role("button", name="Restore").click()
         page.locator("#result").wait_for()
         return str(page.locator("#result").inner_text())
-    finally:
-        context.close()
 
 
 def test_a_disk_not_kept_is_reclaimed_when_its_server_is_deleted(

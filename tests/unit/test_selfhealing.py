@@ -223,6 +223,27 @@ async def test_an_eviction_seen_only_by_the_watch_is_counted_as_one(spawner: Fak
     assert spawner.audits[0][0] == "workspace-rebuilt" and "(evicted)" in spawner.audits[0][1]
 
 
+async def test_an_eviction_right_after_a_rebuild_is_told_from_the_rebuilt_pod(
+    spawner: FakeSpawner,
+) -> None:
+    spawner.cluster[NAME] = running_pod()
+    await spawner.poll()
+    del spawner.cluster[NAME]
+    await spawner.poll()
+    await settle(spawner)  # rebuilt and serving; no poll has seen the new pod yet
+    rebuilt = spawner.cluster.pop(NAME)
+    evicted = {**rebuilt, "metadata": {**rebuilt["metadata"], "deletionTimestamp": "2026-12-01T10:00:00Z"}}
+    evicted["status"] = {
+        **rebuilt["status"],
+        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
+    }
+    spawner.pod_reflector = SimpleNamespace(resources=LastSeen({}, OrderedDict({f"ws/{NAME}": evicted})))
+    await spawner.poll()
+    await settle(spawner)
+    assert [a for a, _ in spawner.audits] == ["workspace-rebuilt", "workspace-rebuilt"]
+    assert "(deleted)" in spawner.audits[0][1] and "(evicted)" in spawner.audits[1][1]
+
+
 async def test_the_poll_of_a_stop_in_progress_does_not_rebuild(spawner: FakeSpawner) -> None:
     spawner.cluster[NAME] = running_pod()
     await spawner.poll()

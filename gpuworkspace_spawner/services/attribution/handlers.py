@@ -16,7 +16,6 @@ from jupyterhub.services.auth import HubOAuth
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
-from tornado.httputil import url_concat
 
 from ..disks.access import (
     access_refused,
@@ -26,7 +25,7 @@ from ..disks.access import (
     reads_every_server,
     who,
 )
-from ..serving import JsonErrors, ServiceError, shown
+from ..serving import JsonErrors, ServiceError, login_url, shown
 from . import access, dashboard
 from .aggregate import RANKINGS
 from .collector import Collector, Snapshot
@@ -234,8 +233,7 @@ class DashboardHandler(Base):
         model = await self.hub_auth.get_user(self, sync=False)
         if not model:
             if isinstance(self.hub_auth, HubOAuth) and self.request.method == "GET":
-                state = self.hub_auth.set_state_cookie(self, next_url=self.request.uri)
-                self.redirect(url_concat(self.hub_auth.login_url, {"state": state}))
+                self.redirect(login_url(self, self.hub_auth))
                 return
             raise web.HTTPError(403, "log in to the hub first")
         if not may_use_service(model, self.state.service):

@@ -27,7 +27,6 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
-from tornado.httputil import url_concat
 
 from ..disks.access import (
     access_refused,
@@ -37,7 +36,7 @@ from ..disks.access import (
     reads_every_server,
     who,
 )
-from ..serving import JsonErrors, ServiceError, hub_prefix
+from ..serving import JsonErrors, ServiceError, hub_prefix, login_url
 from .model import Action, Decision, Effective, Policy, Warning
 from .state import CullerState, CycleReport, Key
 
@@ -336,18 +335,6 @@ class Site:
     hub_prefix: str
     templates: Environment
     clock: Callable[[], datetime]
-
-
-def login_url(handler: web.RequestHandler, hub_auth: HubOAuth) -> str:
-    """The hub's OAuth authorize URL for this request, with the state cookie (and PKCE where the
-    installed JupyterHub does it) set on ``handler``."""
-    params: dict[str, str] = {}
-    verifier = None
-    if getattr(hub_auth, "pkce_enabled", False):
-        verifier, challenge, method = hub_auth.generate_pkce_code_challenge()
-        params |= {"code_challenge": challenge, "code_challenge_method": method}
-    state = hub_auth.set_state_cookie(handler, next_url=handler.request.uri, code_verifier=verifier)
-    return str(url_concat(hub_auth.login_url, {**params, "state": state}))
 
 
 class Base(JsonErrors):

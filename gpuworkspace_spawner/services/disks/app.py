@@ -26,7 +26,6 @@ from tornado import web
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import KubernetesError, Unavailable, gateway
 from ...manifests.names import WorkspaceIdentity
-from ..culler.web import login_url
 from ..kubelets import KubeletAccess
 from ..serving import (
     JsonErrors,
@@ -34,6 +33,7 @@ from ..serving import (
     add_body_limit_argument,
     http_server,
     listen_address,
+    login_url,
     until_stopped,
 )
 from . import access, transfer

@@ -16,8 +16,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.services.auth import HubOAuth
 
-from ..culler.web import login_url
-from ..serving import JsonErrors, ServiceError, hub_prefix
+from ..serving import JsonErrors, ServiceError, hub_prefix, login_url
 from . import access
 from .operations import DiskOperations
 

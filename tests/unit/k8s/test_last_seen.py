@@ -39,3 +39,11 @@ async def test_remembering_reflector_keeps_what_its_watch_deleted() -> None:
     reflector.resources.pop("ns/a", None)  # what a DELETED watch event does
     reflector.resources = {}  # the next re-list
     assert reflector.resources.gone["ns/a"] == {"metadata": {"uid": "1"}}
+
+
+async def test_an_object_deleted_between_two_watches_is_remembered_from_the_re_list() -> None:
+    reflector = remembering(PodReflector)(namespace="ns")
+    reflector.resources = {"ns/a": {"metadata": {"uid": "1"}}, "ns/b": {"metadata": {"uid": "2"}}}
+    reflector.resources = {"ns/b": {"metadata": {"uid": "2"}}}  # a re-list: "a" went with no DELETED event
+    assert reflector.resources.gone["ns/a"] == {"metadata": {"uid": "1"}}
+    assert "ns/b" not in reflector.resources.gone
