@@ -28,6 +28,16 @@ CUSTOM_SOURCES: dict[tuple[str, str], tuple[str, str | None]] = {
     ("cdi.kubevirt.io", "DataVolume"): ("cdi-swagger.json", "v1beta1.DataVolume"),
     ("cdi.kubevirt.io", "DataSource"): ("cdi-swagger.json", "v1beta1.DataSource"),
     ("csiaddons.openshift.io", "NetworkFence"): ("csiaddons-networkfences.crd.yaml", None),
+    **{
+        ("kueue.x-k8s.io", kind): (f"kueue/kueue.x-k8s.io_{plural}.yaml", None)
+        for kind, plural in (
+            ("ResourceFlavor", "resourceflavors"),
+            ("ClusterQueue", "clusterqueues"),
+            ("LocalQueue", "localqueues"),
+            ("WorkloadPriorityClass", "workloadpriorityclasses"),
+            ("Workload", "workloads"),
+        )
+    },
 }
 # keys a CRD's JSONSchemaProps accepts (anything else is dropped when a CRD is stored)
 _CRD_KEYS = frozenset(
@@ -296,6 +306,50 @@ _PRINTER_COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
             "Timestamp when the point-in-time snapshot was taken by the underlying storage system.",
         ),
         _AGE,
+    ],
+    # Kueue config/components/crd/bases/kueue.x-k8s.io_*.yaml, version v1beta2
+    ("kueue.x-k8s.io", "ClusterQueue"): [
+        _col("Cohort", "string", ".spec.cohortName", "Cohort that this ClusterQueue belongs to"),
+        _col(
+            "Strategy",
+            "string",
+            ".spec.queueingStrategy",
+            "The queueing strategy used to prioritize workloads",
+            priority=1,
+        ),
+        _col("Pending Workloads", "integer", ".status.pendingWorkloads", "Number of pending workloads"),
+        _col(
+            "Admitted Workloads",
+            "integer",
+            ".status.admittedWorkloads",
+            "Number of admitted workloads that haven't finished yet",
+            priority=1,
+        ),
+    ],
+    ("kueue.x-k8s.io", "LocalQueue"): [
+        _col("ClusterQueue", "string", ".spec.clusterQueue", "Backing ClusterQueue"),
+        _col("Pending Workloads", "integer", ".status.pendingWorkloads", "Number of pending workloads"),
+        _col(
+            "Admitted Workloads",
+            "integer",
+            ".status.admittedWorkloads",
+            "Number of admitted workloads that haven't finished yet.",
+        ),
+    ],
+    ("kueue.x-k8s.io", "WorkloadPriorityClass"): [
+        _col("Value", "integer", ".value", "Value of workloadPriorityClass's Priority"),
+    ],
+    ("kueue.x-k8s.io", "Workload"): [
+        _col("Queue", "string", ".spec.queueName", "Name of the queue this workload was submitted to"),
+        _col(
+            "Reserved in",
+            "string",
+            ".status.admission.clusterQueue",
+            "Name of the ClusterQueue where the workload is reserving quota",
+        ),
+        _col("Admitted", "string", ".status.conditions[?(@.type=='Admitted')].status", "Admission status"),
+        _col("Finished", "string", ".status.conditions[?(@.type=='Finished')].status", "Workload finished"),
+        _col("Age", "date", ".metadata.creationTimestamp", "Time this workload was created"),
     ],
     ("snapshot.storage.k8s.io", "VolumeSnapshotClass"): [
         _col("Driver", "string", ".driver"),

@@ -10,7 +10,9 @@ Pure functions, mirroring kubernetes/kubernetes:
   ``manualSelector`` is true; the Job's own labels default to its template's;
 - :func:`validate_job` / :func:`validate_job_update`: ``pkg/apis/batch/validation/validation.go``
   ``ValidateJob``/``ValidateJobSpec``/``ValidateJobSpecUpdate`` for the fields the simulated controller
-  uses, with the real field paths and messages;
+  uses, with the real field paths and messages; the template's scheduling directives are mutable only as
+  ``pkg/registry/batch/job/strategy.go`` ``validationOptionsForJob`` allows (old Job suspended and never
+  started), and ``status.startTime`` as ``ValidateJobUpdateStatus`` allows;
 - :func:`job_cells`: ``pkg/printers/internalversion/printers.go`` ``printJob`` (STATUS, COMPLETIONS,
   DURATION columns).
 """
@@ -175,34 +177,80 @@ def validate_job(job: Obj) -> list[Cause]:
 
 
 IMMUTABLE = ("selector", "template", "completionMode", "completions")
-# JobMutableNodeSchedulingDirectives (GA): what a queue (Kueue) may change in a suspended Job's template
+# validatePodTemplateUpdate with AllowMutableSchedulingDirectives: what a queue (Kueue) may change in the
+# template of a suspended Job that never started
 SCHEDULING_META = ("labels", "annotations")
-SCHEDULING_SPEC = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
+SCHEDULING_SPEC = ("nodeSelector", "tolerations", "schedulingGates")
+STARTTIME_MESSAGE = "Required value: startTime cannot be removed for unsuspended job"
 
 
-def _without_scheduling(template: Any) -> Any:
-    if not isinstance(template, dict):
-        return template
-    meta = {k: v for k, v in (template.get("metadata") or {}).items() if k not in SCHEDULING_META}
-    spec = {k: v for k, v in (template.get("spec") or {}).items() if k not in SCHEDULING_SPEC}
-    return {**template, "metadata": meta, "spec": spec}
+def _take(target: Obj, source: Obj, key: str) -> None:
+    if source.get(key) is None:
+        target.pop(key, None)
+    else:
+        target[key] = source[key]
+
+
+def _with_new_scheduling(old: Any, new: Any) -> Any:
+    """``validatePodTemplateUpdate``: the old template with the new one's labels, annotations, nodeSelector,
+    tolerations, schedulingGates and ``affinity.nodeAffinity`` (an affinity may be dropped only if it held
+    nothing but a nodeAffinity); what is left must equal the new template."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return old
+    meta, spec = dict(old.get("metadata") or {}), dict(old.get("spec") or {})
+    new_meta, new_spec = new.get("metadata") or {}, new.get("spec") or {}
+    for key in SCHEDULING_META:
+        _take(meta, new_meta, key)
+    for key in SCHEDULING_SPEC:
+        _take(spec, new_spec, key)
+    before, after = spec.get("affinity"), new_spec.get("affinity")
+    if after is None and isinstance(before, dict):
+        rest = {k: v for k, v in before.items() if k != "nodeAffinity"}
+        if rest:
+            spec["affinity"] = rest
+        else:
+            spec.pop("affinity")
+    elif isinstance(after, dict):
+        kept = dict(before) if isinstance(before, dict) else {}
+        _take(kept, after, "nodeAffinity")
+        spec["affinity"] = kept
+    return {**old, "metadata": meta, "spec": spec}
+
+
+def scheduling_mutable(old: Obj) -> bool:
+    """``validationOptionsForJob``: ``AllowMutableSchedulingDirectives`` is ``suspended && notStarted`` of
+    the OLD Job (``spec.suspend`` true and ``status.startTime`` unset)."""
+    return bool((old.get("spec") or {}).get("suspend")) and not (old.get("status") or {}).get("startTime")
 
 
 def validate_job_update(old: Obj, new: Obj) -> list[Cause]:
     """``ValidateJobSpecUpdate``: selector, template, completionMode and completions are immutable, except
-    that while the Job is suspended with no active pod (``suspendedWithoutActivePods``) its template's
-    labels, annotations, nodeSelector, tolerations, affinity and schedulingGates may change (how Kueue
-    injects a flavor's node labels and tolerations before it unsuspends the Job)."""
+    that the template's scheduling directives may change while the old Job is suspended and has never
+    started (:func:`scheduling_mutable`): how Kueue injects a flavor's node labels and tolerations before it
+    unsuspends the Job, and restores them after it suspended it and reset ``status.startTime``."""
     a, b = old.get("spec") or {}, new.get("spec") or {}
     causes = validate_job(new)
-    mutable = bool(a.get("suspend")) and not (old.get("status") or {}).get("active")
+    mutable = scheduling_mutable(old)
     for name in IMMUTABLE:
         before, after = a.get(name), b.get(name)
         if name == "template" and mutable:
-            before, after = _without_scheduling(before), _without_scheduling(after)
+            before = _with_new_scheduling(before, after)
         if before != after:
             causes.append(_invalid(f"spec.{name}", b.get(name), "field is immutable"))
-    return causes
+    return causes + validate_job_status_update(old, new)
+
+
+def validate_job_status_update(old: Obj, new: Obj) -> list[Cause]:
+    """``ValidateJobUpdateStatus`` with ``RejectStartTimeUpdateForUnsuspendedJob`` (``JobManagedBy``, on by
+    default since 1.32): a set ``status.startTime`` may change only while the Job is suspended, or in the
+    Job controller's write that resumes it (Suspended True -> not True, kubernetes#134769)."""
+    before = (old.get("status") or {}).get("startTime")
+    after = (new.get("status") or {}).get("startTime")
+    suspended = bool((new.get("spec") or {}).get("suspend"))
+    resuming = condition(old, "Suspended") is not None and condition(new, "Suspended") is None
+    if before is not None and before != after and not suspended and not resuming:
+        return [_cause("FieldValueRequired", "status.startTime", STARTTIME_MESSAGE)]
+    return []
 
 
 def condition(job: Obj, type_: str) -> Obj | None:

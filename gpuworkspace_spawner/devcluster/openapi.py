@@ -121,7 +121,8 @@ class SchemaSet:
         filename, definition = source
         if definition is None:  # a real CRD file
             crd = yaml.safe_load((self.shared / filename).read_text())
-            schema: Schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+            stored = next(v for v in crd["spec"]["versions"] if v.get("storage", True))
+            schema: Schema = stored["schema"]["openAPIV3Schema"]
             return schema
         defs = self._swagger(filename)
         schema = crd_form(defs[definition], defs)

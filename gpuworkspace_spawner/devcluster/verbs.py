@@ -12,6 +12,7 @@ import bisect
 import functools
 import random
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -84,6 +85,8 @@ class Verbs:
         used = {o.get("spec", {}).get("clusterIP", "") for o in store.items(services)}
         self.allocate_cluster_ip = ClusterIPAllocator(used=used)
         self.random = random.Random()
+        # mutating admission webhooks (e.g. Kueue's Job webhook): called on every create after defaulting
+        self.mutating_webhooks: list[Callable[[ResourceType, Obj], None]] = []
 
     # ----------------------------------------------------------------- reads
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
@@ -172,6 +175,8 @@ class Verbs:
         if rt.namespaced:
             meta["namespace"] = namespace
         apply_defaults(rt, obj, DefaultingContext(self._default_storage_class(), self.allocate_cluster_ip))
+        for webhook in self.mutating_webhooks:
+            webhook(rt, obj)
         if rt.key == ("", "pods"):
             warnings = [*warnings, *_admit_pod(self.store, namespace, obj)]
         if rt.key == ("batch", "jobs"):

@@ -122,18 +122,118 @@ def test_update_keeps_template_and_completions_immutable() -> None:
     assert jobspec.validate_job_update(old, suspended) == []
 
 
-def test_a_suspended_job_takes_a_queues_node_selector_and_tolerations() -> None:
-    old = defaulted(suspend=True)
-    admitted = defaulted(suspend=False)
-    tspec = admitted["spec"]["template"]["spec"]
-    tspec["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-    tspec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    assert jobspec.validate_job_update(old, admitted) == []
-    running = defaulted(suspend=False)
-    assert [c["field"] for c in jobspec.validate_job_update(running, admitted)] == ["spec.template"]
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def with_status(obj: Obj, **status: Any) -> Obj:
+    return {**obj, "status": status}
+
+
+def placed(suspend: bool) -> Obj:
+    """The Job as Kueue writes it when it admits it: the flavor's node selector and toleration injected."""
+    obj = defaulted(suspend=suspend)
+    obj["spec"]["template"]["spec"] |= {"nodeSelector": H100, "tolerations": [GPU_TOLERATION]}
+    return obj
+
+
+def test_a_suspended_never_started_job_takes_a_queues_node_selector_and_tolerations() -> None:
+    assert jobspec.validate_job_update(defaulted(suspend=True), placed(False)) == []
+    # and gives them back while still suspended (Kueue's Stop restores the pod set)
+    assert jobspec.validate_job_update(placed(True), defaulted(suspend=True)) == []
+
+
+def test_a_suspended_job_that_started_keeps_its_template_until_start_time_is_reset() -> None:
+    """Kubernetes allows the change only when the OLD Job is suspended and ``status.startTime`` is unset
+    (``suspended && notStarted``): a Job Kueue has just suspended still has its startTime."""
+    started = with_status(placed(True), startTime="2026-12-02T01:00:00Z", active=0)
+    causes = jobspec.validate_job_update(started, with_status(defaulted(suspend=True), **started["status"]))
+    assert [c["field"] for c in causes] == ["spec.template"]
+    assert causes[0]["reason"] == "FieldValueInvalid"
+    assert causes[0]["message"].startswith("Invalid value: {") and causes[0]["message"].endswith(
+        ": field is immutable"
+    )
+    reset = with_status(placed(True), active=0)  # the same Job once its startTime was reset
+    assert jobspec.validate_job_update(reset, with_status(defaulted(suspend=True), active=0)) == []
+
+
+def test_a_running_job_keeps_its_scheduling_directives() -> None:
+    causes = jobspec.validate_job_update(defaulted(suspend=False), placed(False))
+    assert [c["field"] for c in causes] == ["spec.template"]
+    # suspending it in the same write does not help: the old Job decides
+    assert [c["field"] for c in jobspec.validate_job_update(defaulted(), placed(True))] == ["spec.template"]
+
+
+def test_only_scheduling_directives_are_mutable_even_when_suspended() -> None:
     image = defaulted(suspend=True)
     image["spec"]["template"]["spec"]["containers"][0]["image"] = "python:3.13"
-    assert [c["field"] for c in jobspec.validate_job_update(old, image)] == ["spec.template"]
+    assert [c["field"] for c in jobspec.validate_job_update(defaulted(suspend=True), image)] == [
+        "spec.template"
+    ]
+    labelled = defaulted(suspend=True)
+    labelled["spec"]["template"]["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": "w"}
+    labelled["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+    assert jobspec.validate_job_update(defaulted(suspend=True), labelled) == []
+
+
+NODE_AFFINITY = {
+    "requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+    }
+}
+POD_AFFINITY = {"preferredDuringSchedulingIgnoredDuringExecution": []}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "fields"),
+    [
+        (None, {"nodeAffinity": NODE_AFFINITY}, []),
+        ({"nodeAffinity": NODE_AFFINITY}, None, []),
+        ({"nodeAffinity": NODE_AFFINITY, "podAffinity": POD_AFFINITY}, {"podAffinity": POD_AFFINITY}, []),
+        (None, {"podAffinity": POD_AFFINITY}, ["spec.template"]),
+        ({"nodeAffinity": NODE_AFFINITY, "podAffinity": POD_AFFINITY}, None, ["spec.template"]),
+    ],
+)
+def test_only_node_affinity_is_mutable(before: Obj | None, after: Obj | None, fields: list[str]) -> None:
+    old, new = defaulted(suspend=True), defaulted(suspend=True)
+    for obj, affinity in ((old, before), (new, after)):
+        if affinity is not None:
+            obj["spec"]["template"]["spec"]["affinity"] = affinity
+    assert [c["field"] for c in jobspec.validate_job_update(old, new)] == fields
+
+
+START, LATER = "2026-12-02T01:00:00Z", "2026-12-02T01:05:00Z"
+SUSPENDED = {"type": "Suspended", "status": "True", "reason": "JobSuspended", "message": "Job suspended"}
+RESUMED = {"type": "Suspended", "status": "False", "reason": "JobResumed", "message": "Job resumed"}
+
+
+@pytest.mark.parametrize(
+    ("suspend", "old_status", "new_status", "refused"),
+    [
+        (True, {"startTime": START}, {}, False),  # Kueue's Stop: cleared once the Job is suspended
+        (False, {"startTime": START}, {}, True),  # ... but not while it runs
+        (False, {"startTime": START}, {"startTime": LATER}, True),
+        (False, {}, {"startTime": START}, False),  # the Job controller's first start
+        # the Job controller's resume of a Job suspended after it started (kubernetes#134769)
+        (
+            False,
+            {"startTime": START, "conditions": [SUSPENDED]},
+            {"startTime": LATER, "conditions": [RESUMED]},
+            False,
+        ),
+    ],
+)
+def test_start_time_changes_only_while_suspended_or_on_resume(
+    suspend: bool, old_status: Obj, new_status: Obj, refused: bool
+) -> None:
+    old = with_status(defaulted(suspend=suspend), **old_status)
+    causes = jobspec.validate_job_status_update(old, with_status(defaulted(suspend=suspend), **new_status))
+    expected = {
+        "reason": "FieldValueRequired",
+        "field": "status.startTime",
+        "message": "Required value: startTime cannot be removed for unsuspended job",
+    }
+    assert causes == ([expected] if refused else [])
 
 
 def _seconds(start: Any, end: Any) -> float | None:

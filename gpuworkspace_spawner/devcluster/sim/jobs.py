@@ -164,7 +164,11 @@ class JobController(SimController):
                 self.verbs, job, "Normal", "SuccessfulCreate", f"Created pod: {created}", component=COMPONENT
             )
         if plan.status != (job.get("status") or {}):
-            job = merge_patch(self.verbs, JOBS, job, {"status": plan.status}, status=True)
+            # guarded by the resourceVersion read, as the controller's UpdateStatus is: a status computed
+            # from a Job that changed meanwhile (Kueue's Stop resets startTime) is retried, not written
+            rv = job["metadata"]["resourceVersion"]
+            patch = {"metadata": {"resourceVersion": rv}, "status": plan.status}
+            job = merge_patch(self.verbs, JOBS, job, patch, status=True)
         for event_type, reason, message in plan.events:
             record_event(self.verbs, job, event_type, reason, message, component=COMPONENT)
         if plan.finished:

@@ -13,9 +13,10 @@ Follows ``pkg/controller/job/job_controller.go`` (Kubernetes 1.31+, JobPodReplac
   only when no pod is terminating any more (``delayTerminalCondition``);
 - success when ``succeeded >= completions`` (or, without completions, one success) and no pod is active:
   SuccessCriteriaMet then Complete with reason CompletionsReached and ``status.completionTime``;
-- ``manageJob``: suspended -> ``deleteJobPods`` (finalizer removed first: not counted), condition Suspended
-  (JobSuspended, "Job suspended"); resumed -> Suspended False (JobResumed, "Job resumed") and
-  ``status.startTime`` reset; otherwise NonIndexed ``min(parallelism, completions - succeeded)`` active pods
+- ``manageJob``: suspended -> ``deleteJobPods`` (finalizer removed first: not counted; ``active`` and
+  ``ready`` lose the removed pods), condition Suspended (JobSuspended, "Job suspended"), ``status.startTime``
+  kept (only Kueue's Stop resets it, through the status subresource); resumed -> Suspended False
+  (JobResumed, "Job resumed") and ``status.startTime`` set anew; otherwise NonIndexed ``min(parallelism, completions - succeeded)`` active pods
   (work-queue Jobs without completions: ``parallelism`` until one succeeds), excess pods deleted, new pods
   after failures only once the pod-failure backoff has passed (``getRemainingTime``: 10s doubling per
   failure, at most 6 minutes).
@@ -207,7 +208,13 @@ def plan_job(
         conds = _set_cond(conds, target)
         if counts.terminating == 0:  # delayTerminalCondition: no pod may still be terminating
             conds = _finish(plan, status, conds, target, now)
-    removed = len([n for n in plan.delete if n not in plan.release]) if target is None else 0
+    gone = [
+        p
+        for p in counts.active
+        if p["metadata"]["name"] in plan.delete and p["metadata"]["name"] not in plan.release
+    ]
+    removed = len(gone) if target is None else 0
+    counts.ready -= sum(_ready(p) for p in gone) if target is None else 0  # deleteJobPods' removedReady
     status.update(
         uncountedTerminatedPods=status.get("uncountedTerminatedPods") or {},  # always empty here (above)
         succeeded=counts.succeeded,

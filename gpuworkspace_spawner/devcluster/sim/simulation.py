@@ -25,6 +25,7 @@ from .failures import OutOfServiceController
 from .jobs import JobController
 from .kubelet import Kubelet, KubeletConfig, KubeletRuntime
 from .kubevirt import KubeVirtController
+from .kueue import KueueController
 from .netfence import NetworkFenceController
 from .resourcemetrics import DcgmExporter
 from .scheduler import Scheduler
@@ -75,6 +76,7 @@ class Simulation:
             CdiController(ctx),
             Scheduler(ctx),
             KubeVirtController(ctx),
+            KueueController(ctx),
             NetworkFenceController(ctx),
             OutOfServiceController(ctx),
             EndpointsController(ctx),

@@ -134,6 +134,21 @@ def test_suspend_removes_pods_uncounted_and_resume_resets_the_start_time() -> No
     assert ("Normal", "Resumed", "Job resumed") in resumed.events
 
 
+def test_suspend_keeps_the_start_time_and_drops_the_ready_count() -> None:
+    """``syncJob`` never clears ``status.startTime`` on suspend (Kueue's Stop does, through the status
+    subresource); the removed pods leave ``active`` and ``ready``."""
+    ready = pod("a", conditions=[{"type": "Ready", "status": "True"}])
+    running = plan_job(job({"startTime": NOW}), [ready], NOW, NOW_S, NOW_S)
+    assert running.status["ready"] == 1
+    plan = plan_job(job(running.status, suspend=True), [ready], NOW, NOW_S + 5, NOW_S)
+    assert plan.delete == ["a"]
+    assert (plan.status["startTime"], plan.status["ready"], plan.status["active"]) == (NOW, 0, 0)
+    reset = {k: v for k, v in plan.status.items() if k != "startTime"}  # what Kueue writes next
+    again = plan_job(job(reset, suspend=True), [], NOW, NOW_S + 6, None)
+    assert "startTime" not in again.status
+    assert jobspec.validate_job_status_update(job(reset, suspend=True), job(again.status, suspend=True)) == []
+
+
 def test_suspended_job_does_not_hit_its_deadline() -> None:
     plan = plan_job(
         job({"startTime": NOW}, suspend=True, activeDeadlineSeconds=5), [], NOW, NOW_S + 60, NOW_S
