@@ -16,7 +16,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from . import crds, errors, openapi, rbac, tables, validation
+from . import crds, errors, openapi, protobody, rbac, tables, validation
 from .binding import bind_pod
 from .errors import ApiError
 from .faults import FaultInjector
@@ -266,13 +266,13 @@ class ApiServer:
         if verb in ("list", "watch"):
             return await self._list_or_watch(request, route, verb)
         if verb == "create":
-            body, dups = await _read_body(request)
+            body, dups = await _read_body(request, rt)
             obj, warnings = self.verbs.create(
                 rt, ns, body, dry_run=dry_run, field_validation=fv, duplicates=dups
             )
             return self._object(request, rt, obj, status=201, warnings=warnings)
         if verb == "update":
-            body, dups = await _read_body(request)
+            body, dups = await _read_body(request, rt)
             if route.subresource == "finalize":
                 return self._object(request, rt, self._finalize_namespace(name, body, dry_run))
             obj, warnings = self.verbs.update(
@@ -529,10 +529,13 @@ def _ready(resp: web.StreamResponse) -> Callable[[], Awaitable[web.StreamRespons
     return handler
 
 
-async def _read_body(request: web.Request) -> tuple[Any, list[str]]:
+async def _read_body(request: web.Request, rt: ResourceType | None = None) -> tuple[Any, list[str]]:
+    """The JSON body of a create or update (``rt``: protobuf accepted for its kind) or other write."""
     raw = await request.read()
     ctype = request.headers.get("Content-Type", JSON)
     if "protobuf" in ctype:
+        if rt is not None and protobody.serves(rt):
+            return protobody.decode(raw, rt), []
         # Not served (as for CRDs on a real cluster): clients must send JSON or YAML.
         raise ApiError(
             415,

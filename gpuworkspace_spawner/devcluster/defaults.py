@@ -149,6 +149,37 @@ def _storageclass_defaults(sc: Obj) -> None:
     sc.setdefault("volumeBindingMode", "Immediate")
 
 
+_POD_SPEC_DEFAULTS: dict[str, Any] = {
+    "restartPolicy": "Always",
+    "dnsPolicy": "ClusterFirst",
+    "schedulerName": "default-scheduler",
+    "terminationGracePeriodSeconds": 30,
+    "securityContext": dict,
+}
+
+
+def _cronjob_defaults(cronjob: Obj) -> None:
+    """``SetDefaults_CronJob`` (k8s.io/kubernetes pkg/apis/batch/v1/defaults.go), then the generated
+    defaulters' ``SetDefaults_PodSpec`` and container defaults for the job template's pod template."""
+    spec = cronjob.setdefault("spec", {})
+    spec.setdefault("concurrencyPolicy", "Allow")
+    spec.setdefault("suspend", False)
+    spec.setdefault("successfulJobsHistoryLimit", 3)
+    spec.setdefault("failedJobsHistoryLimit", 1)
+    pod = spec.setdefault("jobTemplate", {}).setdefault("spec", {}).setdefault("template", {})
+    pod_spec = pod.setdefault("spec", {})
+    for key, value in _POD_SPEC_DEFAULTS.items():
+        pod_spec.setdefault(key, value() if callable(value) else value)
+    for container in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
+        if isinstance(container, dict):
+            container_defaults(container)
+
+
+def _priorityclass_defaults(pc: Obj) -> None:
+    # SetDefaults_PriorityClass (pkg/apis/scheduling/v1/defaults.go)
+    pc.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
 _SIMPLE: dict[tuple[str, str], Callable[[Obj], None]] = {
     ("", "pods"): _pod_defaults,
     ("", "persistentvolumes"): _pv_defaults,
@@ -156,6 +187,8 @@ _SIMPLE: dict[tuple[str, str], Callable[[Obj], None]] = {
     ("", "secrets"): _secret_defaults,
     ("", "events"): _event_defaults,
     ("storage.k8s.io", "storageclasses"): _storageclass_defaults,
+    ("batch", "cronjobs"): _cronjob_defaults,
+    ("scheduling.k8s.io", "priorityclasses"): _priorityclass_defaults,
 }
 
 
@@ -177,6 +210,8 @@ def apply_update_defaults(rt: ResourceType, obj: Obj) -> None:
     elif rt.key == ("", "pods"):
         for c in list(obj.get("spec", {}).get("containers") or []):
             container_defaults(c)
+    elif rt.key in (("batch", "cronjobs"), ("scheduling.k8s.io", "priorityclasses")):
+        _SIMPLE[rt.key](obj)  # decoding defaults every write, updates too
 
 
 # The devcluster's --service-cluster-ip-range. Loopback, so that the host can reach ClusterIPs (the

@@ -28,6 +28,7 @@ _GROUP_PRIORITY = {
     "events.k8s.io": 17750,
     "rbac.authorization.k8s.io": 17000,
     "storage.k8s.io": 16800,
+    "scheduling.k8s.io": 16600,
     "apiextensions.k8s.io": 16700,
     "coordination.k8s.io": 16500,
     "discovery.k8s.io": 16200,

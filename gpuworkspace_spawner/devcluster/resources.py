@@ -89,9 +89,21 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     _core("serviceaccounts", "ServiceAccount", short_names=("sa",)),
     _core("persistentvolumeclaims", "PersistentVolumeClaim", short_names=("pvc",), subresources=("status",)),
     _core("persistentvolumes", "PersistentVolume", False, short_names=("pv",), subresources=("status",)),
+    _core("resourcequotas", "ResourceQuota", short_names=("quota",), subresources=("status",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",)),
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType(
+        "batch",
+        "v1",
+        "cronjobs",
+        "CronJob",
+        True,
+        short_names=("cj",),
+        categories=("all",),
+        subresources=("status",),
+    ),
+    ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, short_names=("pc",)),
     ResourceType(
         "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",)
     ),

@@ -475,6 +475,46 @@ def _job(obj: Obj, now: datetime) -> list[Any]:
     ]
 
 
+@_printer(
+    "cronjob",
+    "Name|Schedule|Timezone|Suspend:boolean|Active:integer|Last Schedule|Age|+Containers|+Images|+Selector",
+    ("batch", "cronjobs"),
+)
+def _cronjob(obj: Obj, now: datetime) -> list[Any]:
+    spec = obj.get("spec") or {}
+    containers = _get(spec, "jobTemplate", "spec", "template", "spec", "containers", default=[])
+    selector = _get(spec, "jobTemplate", "spec", "selector", "matchLabels", default={})
+    last = _get(obj, "status", "lastScheduleTime")
+    return [
+        spec.get("schedule", ""),
+        spec.get("timeZone") or "<none>",
+        str(bool(spec.get("suspend"))),
+        len(_get(obj, "status", "active", default=[])),
+        _since(last, now) if last else "<none>",
+        ",".join(c.get("name", "") for c in containers),
+        ",".join(c.get("image", "") for c in containers),
+        ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>",
+    ]
+
+
+@_printer(
+    "priorityclass",
+    "Name|Value:integer|Global-Default:boolean|Age|PreemptionPolicy",
+    ("scheduling.k8s.io", "priorityclasses"),
+)
+def _priorityclass(obj: Obj, now: datetime) -> list[Any]:
+    return [obj.get("value", 0), bool(obj.get("globalDefault")), obj.get("preemptionPolicy", "")]
+
+
+@_printer("resourcequota", "Name|Age|Request|Limit", ("", "resourcequotas"))
+def _resourcequota(obj: Obj, now: datetime) -> list[Any]:
+    hard, used = _get(obj, "status", "hard", default={}), _get(obj, "status", "used", default={})
+    cells: dict[bool, list[str]] = {False: [], True: []}
+    for key in sorted(hard):
+        cells[key.startswith("limits.")].append(f"{key}: {used.get(key, '0')}/{hard[key]}")
+    return [", ".join(cells[False]), ", ".join(cells[True])]
+
+
 def _more(items: list[str], empty: str = "<unset>", limit: int = 3) -> str:
     text = ",".join(items[:limit])
     return f"{text} + {len(items) - limit} more..." if len(items) > limit else text or empty

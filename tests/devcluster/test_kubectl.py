@@ -131,8 +131,7 @@ def _write(tmp_path: Path, name: str, text: str) -> str:
 
 @pytest.fixture
 def ns(kubectl: Kubectl) -> str:
-    kubectl("create", "namespace", NS, check=False)  # typed create: sends protobuf, which we refuse
-    kubectl("apply", "-f", "-", input=f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")
+    kubectl("create", "namespace", NS)  # a typed create: a protobuf body (test_kubectl_generators.py)
     return NS
 
 
