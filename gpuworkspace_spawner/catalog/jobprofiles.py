@@ -35,6 +35,7 @@ from .building import quantity_text
 from .checks import CatalogSettings, check_image, check_quantities, check_requests_within_limits
 from .model import API_VERSION, Access, Resources, SharedMount, WorkspaceProfile
 from .schema import (
+    CHECKPOINTS,
     DNS_LABEL,
     DURATION,
     IMAGE_REFERENCE,
@@ -89,24 +90,7 @@ OUTPUTS: dict[str, Any] = _obj(
     {
         "teamDirectory": DNS_LABEL,
         "subPath": SUB_PATH,
-        "objectStore": _obj(
-            {
-                "url": {
-                    "type": "string",
-                    "maxLength": 1024,
-                    "pattern": r"^(s3|gs|az)://[a-z0-9][-a-z0-9._]*(/[^\s]*)?$",
-                    "errorMessage": "{value} is not an object-store prefix: write s3://bucket/prefix/ "
-                    "(or gs://, az://)",
-                },
-                "endpoint": {
-                    "type": "string",
-                    "maxLength": 1024,
-                    "pattern": r"^https?://[^\s/]+(/[^\s]*)?$",
-                    "errorMessage": "{value} is not an http(s) endpoint URL",
-                },
-            },
-            required=("url",),
-        ),
+        "objectStore": CHECKPOINTS["properties"]["objectStore"],  # the same prefix and endpoint rules
     }
 )
 JOB_PROFILE_SPEC: dict[str, Any] = _obj(
