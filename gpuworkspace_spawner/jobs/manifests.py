@@ -7,7 +7,7 @@ unsuspends it and injects its flavor's node labels and tolerations). Its pods ge
 token, the restricted security context, and the workspace's network profile label (the namespace's
 NetworkPolicies give them that profile's egress and nothing else: no ingress at all). A notebook runs
 with papermill (``papermill in.ipynb out.ipynb -r name text -p name 3``); a script with
-``python script.py --name=value``.
+``python script.py --name=value``; both in the file's directory of the home disk's copy.
 
 The user's code comes from a claim restored from a snapshot of the home disk, never the live disk: the
 workspace may be running (the disk is ReadWriteOnce) and the job sees the files as at submission.
@@ -204,25 +204,23 @@ def _papermill_parameters(parameters: Mapping[str, Scalar]) -> list[str]:
     return args
 
 
+def working_dir(ctx: JobContext) -> str:
+    """The directory of the notebook or script, in the job's copy of the home disk."""
+    sub = ctx.submission
+    return posixpath.dirname(_in_home(ctx, sub.notebook if sub.notebook is not None else sub.script or ""))
+
+
 def build_command(ctx: JobContext) -> list[str]:
-    """What the job's container runs."""
+    """What the job's container runs, in :func:`working_dir` (the notebook's kernel starts there too,
+    so the notebook's relative paths mean what they meant in the workspace)."""
     sub = ctx.submission
     if sub.notebook is not None:
-        source = _in_home(ctx, sub.notebook)
         target = _output_dir(ctx) + posixpath.basename(sub.notebook)
-        cwd = posixpath.dirname(source)
-        return [
-            "papermill",
-            source,
-            target,
-            "--cwd",
-            cwd,
-            "--log-output",
-            *_papermill_parameters(sub.parameters),
-        ]
+        name = posixpath.basename(sub.notebook)
+        return ["papermill", name, target, "--log-output", *_papermill_parameters(sub.parameters)]
     assert sub.script is not None
     flags = [f"--{name}={value}" for name, value in sorted(sub.parameters.items())]
-    return ["python", _in_home(ctx, sub.script), *flags]
+    return ["python", posixpath.basename(sub.script), *flags]
 
 
 def _env(ctx: JobContext) -> list[dict[str, str]]:
@@ -259,13 +257,11 @@ def _container(ctx: JobContext, mounts: list[dict[str, Any]]) -> dict[str, Any]:
     if ctx.profile.resources.limits:
         resources["limits"] = dict(ctx.profile.resources.limits)
     home = ctx.home_mount_path
-    sub = ctx.submission
-    cwd = posixpath.dirname(_in_home(ctx, sub.notebook if sub.notebook is not None else sub.script or ""))
     return {
         "name": CONTAINER,
         "image": ctx.profile.image,
         "command": build_command(ctx),
-        "workingDir": cwd or home,
+        "workingDir": working_dir(ctx),
         "env": [*_env(ctx), {"name": "HOME", "value": home}],
         "resources": resources,
         "volumeMounts": mounts,

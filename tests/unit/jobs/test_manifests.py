@@ -130,11 +130,9 @@ def test_every_job_is_queued_suspended_tokenless_and_restricted(ctx: JobContext)
 
 def test_papermill_keeps_strings_strings() -> None:
     command = build_command(NOTEBOOK)
-    assert command[:3] == [
-        "papermill",
-        "/home/jovyan/projects/mnist/train.ipynb",
-        "/outputs/train.ipynb",
-    ]
+    assert command[:3] == ["papermill", "train.ipynb", "/outputs/train.ipynb"]
+    pod = build_job(NOTEBOOK)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["workingDir"] == "/home/jovyan/projects/mnist"
     assert command[command.index("-r") : command.index("-r") + 3] == ["-r", "tag", "42"]
     assert command[command.index("epochs") - 1 : command.index("epochs") + 2] == ["-p", "epochs", "3"]
     assert command[command.index("fast") - 1 : command.index("fast") + 2] == ["-p", "fast", "True"]
