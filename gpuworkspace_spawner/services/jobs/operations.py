@@ -274,10 +274,19 @@ class JobOperations:
         items = await batch.list_workloads(self.api, self.settings.namespace, request_timeout=self._rt)
         return {str((w["metadata"].get("labels") or {}).get(batch.JOB_UID_LABEL)): w for w in items}
 
-    async def jobs(self, caller: Obj) -> list[Obj]:
-        listed = await batch.list_jobs(
+    async def _list_jobs(self) -> list[Obj]:
+        return await batch.list_jobs(
             self.api, self.settings.namespace, JOB_SELECTOR, request_timeout=self._rt
         )
+
+    async def _read_job(self, name: str) -> Obj:
+        try:
+            return await batch.read_job(self.api, self.settings.namespace, name, request_timeout=self._rt)
+        except NotFound:
+            raise ServiceError(404, f"no job {name}") from None
+
+    async def jobs(self, caller: Obj) -> list[Obj]:
+        listed = await self._list_jobs()
         mine = [
             j
             for j in listed
@@ -288,10 +297,7 @@ class JobOperations:
         return sorted(views, key=lambda v: str(v.get("created") or ""), reverse=True)
 
     async def readable_job(self, caller: Obj, name: str) -> Obj:
-        try:
-            job = await batch.read_job(self.api, self.settings.namespace, name, request_timeout=self._rt)
-        except NotFound:
-            raise ServiceError(404, f"no job {name}") from None
+        job = await self._read_job(name)
         if (job["metadata"].get("labels") or {}).get(LABEL_KIND) != KIND_JOB:
             raise ServiceError(404, f"no job {name}")  # a Job that this service did not make
         if not self.may_see(caller, job):
