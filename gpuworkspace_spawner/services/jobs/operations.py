@@ -143,24 +143,21 @@ class JobOperations:
         workspace: WorkspaceProfile | None = catalog.get(str(slug)) if slug else None
         path = request.notebook or request.script or "job"
         suffix = "".join(secrets.choice(_SUFFIX) for _ in range(5))
-        kwargs: dict[str, Any] = {}
-        if workspace is not None:
-            kwargs = {
-                "security": workspace.security,
-                "network_profile": workspace.security.network_profile,
-                "home_mount_path": workspace.storage.home.mount_path,
-            }
+        # a workspace whose profile left the catalog: the defaults, and no network profile (the
+        # namespace's default deny: no egress at all), never more than its workspace had
+        ws = workspace or WorkspaceProfile(slug="", display_name="")
         return JobContext(
             submission=request.submission(job_name(identity.user, path, suffix)),
             profile=request.profile,
             identity=identity,
             home_claim=home["metadata"]["name"],
-            home_mount_path=kwargs.pop("home_mount_path", "/home/jovyan"),
+            home_mount_path=ws.storage.home.mount_path,
             catalog_version=catalog.version,
             submitted_by=access.who(caller),
+            security=ws.security,
+            network_profile=ws.security.network_profile,
             storage_class=(home.get("spec") or {}).get("storageClassName"),
             ttl_after_finished_s=self.settings.ttl_after_finished_s,
-            **kwargs,
         )
 
     async def submit(self, caller: Obj, body: Obj) -> Obj:

@@ -176,7 +176,7 @@ class Stack:
     ops: JobOperations
 
     def objects(self, rt: Any) -> list[dict[str, Any]]:
-        return self.cluster.verbs.list(rt, NS, {})[0]["items"]
+        return self.cluster.verbs.list(rt, NS)[0]
 
     def names(self, rt: Any) -> set[str]:
         return {o["metadata"]["name"] for o in self.objects(rt)}
