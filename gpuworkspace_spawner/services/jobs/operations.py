@@ -23,6 +23,7 @@ from ...catalog import CatalogSource
 from ...catalog.model import WorkspaceProfile
 from ...jobs.manifests import (
     KIND_JOB,
+    LABEL_JOB,
     LABEL_KIND,
     QUEUE_LABEL,
     JobContext,
@@ -33,7 +34,7 @@ from ...jobs.manifests import (
 )
 from ...jobs.state import job_view
 from ...jobs.submission import Request, SubmissionError, check_submission, job_name
-from ...k8s import KubernetesError, NotFound, batch, gateway, storage
+from ...k8s import Conflict, KubernetesError, NotFound, batch, gateway, storage
 from ...lifecycle.diskops import snapshot_progress
 from ...manifests.names import (
     ANN_PROFILE,
@@ -63,6 +64,12 @@ class Settings:
     request_timeout_s: float = 30
     ttl_after_finished_s: int = 7 * 24 * 3600
     events: bool = True
+
+
+def _of_job(meta: Obj, name: str) -> bool:
+    """Whether a claim or snapshot (its metadata) is the one this service made for job ``name``."""
+    labels = meta.get("labels") or {}
+    return labels.get(LABEL_KIND) == KIND_JOB and labels.get(LABEL_JOB) == name
 
 
 def _owner(job: Obj) -> str:
@@ -339,10 +346,11 @@ class JobOperations:
         annotations = meta.get("annotations") or {}
         claim = annotations.get("gpuworkspace.dev/code-claim")
         if claim:
-            with contextlib.suppress(NotFound):
+            # Conflict: the garbage collector (the claim's ownerReference to the Job) got there first
+            with contextlib.suppress(NotFound, Conflict):
                 current = await gateway.read_pvc(self.api, ns, claim, request_timeout=rt)
                 cmeta = current["metadata"]
-                if (cmeta.get("labels") or {}).get(LABEL_KIND) == KIND_JOB:
+                if _of_job(cmeta, name):
                     await gateway.delete_pvc(
                         self.api,
                         ns,
@@ -353,9 +361,9 @@ class JobOperations:
                     )
         snapshot = annotations.get("gpuworkspace.dev/code-snapshot")
         if snapshot:
-            with contextlib.suppress(NotFound):
+            with contextlib.suppress(NotFound, Conflict):
                 current = await storage.read_snapshot(self.api, ns, snapshot, request_timeout=rt)
-                if (current["metadata"].get("labels") or {}).get(LABEL_KIND) == KIND_JOB:
+                if _of_job(current["metadata"], name):
                     await storage.delete_snapshot(
                         self.api, ns, snapshot, uid=current["metadata"]["uid"], request_timeout=rt
                     )
