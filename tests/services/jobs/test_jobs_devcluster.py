@@ -220,11 +220,13 @@ async def until(check: Callable[[], Any], what: str, limit_s: float = 30) -> Any
         await asyncio.sleep(0.1)
 
 
-async def state_of(stack: Stack, name: str, want: str, limit_s: float = 30) -> dict[str, Any]:
+async def state_of(
+    stack: Stack, name: str, want: str, limit_s: float = 30, reason: str = ""
+) -> dict[str, Any]:
     deadline = asyncio.get_running_loop().time() + limit_s
     while True:
         view = await stack.ops.job(ALICE, name)
-        if view["state"] == want:
+        if view["state"] == want and reason in view["reason"]:
             return view
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"job {name} is {view['state']} ({view['reason']}), not {want}")
@@ -250,9 +252,7 @@ async def test_a_job_runs_on_a_copy_of_the_home_disk_and_a_second_waits_for_quot
     assert running["queue"] == "training" and running["user"] == "alice"
 
     second = await stack.ops.submit(ALICE, _submit(parameters={"tag": "second"}))
-    queued = await state_of(stack, second["name"], "queued")
-    await until(lambda: "insufficient unused quota" in queued["reason"] or None, "Kueue's message", 1)
-    queued = await state_of(stack, second["name"], "queued")
+    queued = await state_of(stack, second["name"], "queued", reason="insufficient unused quota")
     assert "waiting for quota in queue training: couldn't assign flavors to pod set main" in queued["reason"]
     assert "nvidia.com/gpu" in queued["reason"] and "1 more needed" in queued["reason"], queued
 
