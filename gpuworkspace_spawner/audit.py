@@ -46,6 +46,10 @@ Action = Literal[
     # the idle culler (services/culler): staged warnings before a stop ("workspace-stopped" above)
     "workspace-cull-warned",
     "workspace-cull-warnings-withdrawn",
+    # the jobs service (services/jobs): a notebook or script handed off to the cluster's queue
+    "job-submitted",
+    "job-submit-failed",
+    "job-cancelled",
 ]
 
 # the records of a start: they carry what it runs (manifests/provenance.py build_start_details)
@@ -80,6 +84,9 @@ _REASONS: dict[str, str] = {
     "disk-transferred": "WorkspaceDiskTransferred",
     "workspace-cull-warned": "WorkspaceCullWarned",
     "workspace-cull-warnings-withdrawn": "WorkspaceCullWarningsWithdrawn",
+    "job-submitted": "WorkspaceJobSubmitted",
+    "job-submit-failed": "WorkspaceJobSubmitFailed",
+    "job-cancelled": "WorkspaceJobCancelled",
 }
 _WARNINGS = {
     "disk-refused",
@@ -91,6 +98,7 @@ _WARNINGS = {
     "disk-restore-failed",
     "disk-operation-refused",
     "disk-snapshot-failed",
+    "job-submit-failed",
 }
 
 

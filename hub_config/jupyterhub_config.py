@@ -294,6 +294,7 @@ def _use_gpuworkspace() -> None:
     _register_disk_service()
     _register_reclaimer()
     _register_attribution_service()
+    _register_jobs_service()
     if _env("GPUWS_CULLER", "1") != "0":
         _register_culler_service()
     # In a pod, JupyterHub would start these without KUBERNETES_SERVICE_HOST/PORT (it passes only PATH,
@@ -358,6 +359,37 @@ def _register_disk_service() -> None:
     }
     _add_service(service)
     _let_users_open("gpuworkspace-disks")
+
+
+def _register_jobs_service() -> None:
+    """The jobs API (docs/reference/jobs-api.md) as a managed service at /services/gpuworkspace-jobs/:
+    hand a notebook or script to the cluster's queue (Kueue) as a batch/v1 Job.
+
+    Least privilege: its Kubernetes identity ($GPUWS_JOBS_KUBECONFIG; in a cluster the gpuworkspace-jobs
+    ServiceAccount, helm-values/extra-manifests/63-gpuworkspace-jobs.yaml) may create Jobs, snapshots and
+    claims in the workspace namespace and nothing more; its one hub scope, read:users:groups, reads a
+    caller's groups when the caller's token does not carry them (job profiles' access.groups). Callers
+    use their own hub token; users get access:services for it so their tokens are accepted.
+    """
+    port = int(_env("GPUWS_JOBS_PORT", "10105"))
+    service = {
+        "name": "gpuworkspace-jobs",
+        "url": f"http://127.0.0.1:{port}",
+        "command": [
+            sys.executable,
+            "-m",
+            "gpuworkspace_spawner.services.jobs.app",
+            "--namespace",
+            "gpu-workspaces",
+            "--catalog",
+            str(CATALOG),
+        ],
+        "environment": _kubeconfig("JOBS"),
+        "oauth_no_confirm": True,
+    }
+    role = {"name": "gpuworkspace-jobs", "scopes": ["read:users:groups"], "services": ["gpuworkspace-jobs"]}
+    _add_service(service, roles=(role,))
+    _let_users_open("gpuworkspace-jobs")
 
 
 def _register_reclaimer() -> None:

@@ -120,7 +120,7 @@ def _write(root: Path, relpath: str, source: str = "") -> None:
 def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     """The same contracts, run over a small copy of the package that breaks each of them."""
     pkg = "gpuworkspace_spawner"
-    for sub in ("manifests", "lifecycle", "catalog", "k8s", "devcluster", "services"):
+    for sub in ("manifests", "lifecycle", "catalog", "jobs", "k8s", "devcluster", "services"):
         _write(tmp_path, f"{pkg}/{sub}/__init__.py")
     _write(tmp_path, f"{pkg}/__init__.py", "from gpuworkspace_spawner.devcluster import tool\n")
     _write(tmp_path, f"{pkg}/devcluster/tool.py", "import kubernetes_asyncio\nimport tornado\n")
@@ -133,6 +133,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(tmp_path, f"{pkg}/manifests/pod.py", "from gpuworkspace_spawner.services import culler\n")
     _write(tmp_path, f"{pkg}/catalog/loading.py", "import tornado.web\n")
     _write(tmp_path, f"{pkg}/lifecycle/fencing.py", "from gpuworkspace_spawner import k8s\n")
+    _write(tmp_path, f"{pkg}/jobs/manifests.py", "import kubernetes_asyncio\n")
     _write(tmp_path, f"{pkg}/k8s/client.py", "import gpuworkspace_spawner.spawner\n")
     _write(tmp_path, f"{pkg}/spawner.py", "import kubernetes_asyncio\n")
     _write(tmp_path, f"{pkg}/vmruntime.py", "")
@@ -164,6 +165,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         "gpuworkspace_spawner -> gpuworkspace_spawner.devcluster.tool",
         "gpuworkspace_spawner.catalog is not allowed to import tornado",
         "gpuworkspace_spawner.lifecycle is not allowed to import gpuworkspace_spawner.k8s",
+        "gpuworkspace_spawner.jobs is not allowed to import kubernetes_asyncio",
         "gpuworkspace_spawner.k8s is not allowed to import gpuworkspace_spawner.spawner",
         "gpuworkspace_spawner.services.attribution.rules is not allowed to import tornado",
         "gpuworkspace_spawner.agent is not allowed to import gpuworkspace_spawner.k8s",

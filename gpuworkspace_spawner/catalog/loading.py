@@ -16,12 +16,19 @@ from .building import build_node_pools, build_profile
 from .checks import CatalogSettings, profile_findings
 from .errors import CatalogError, CatalogProblem
 from .files import CatalogFiles, read_files
+from .jobprofiles import (
+    JOB_PROFILE_KIND,
+    JobProfile,
+    build_job_profile,
+    job_profile_findings,
+    writable_team_directories,
+)
 from .model import CATALOG_KIND, PROFILE_KIND, Catalog, NodePool, WorkspaceProfile
 from .network import NetworkSettings, build_network, network_findings
 from .parsing import Document, parse_documents
 from .validation import schema_problems
 
-KINDS = (PROFILE_KIND, CATALOG_KIND)
+KINDS = (PROFILE_KIND, CATALOG_KIND, JOB_PROFILE_KIND)
 
 
 @dataclass
@@ -51,7 +58,7 @@ def _kind_problem(doc: Document) -> CatalogProblem | None:
     kind = doc.body.get("kind")
     if kind in KINDS:
         return None
-    expected = f"expected {PROFILE_KIND} or {CATALOG_KIND}"
+    expected = f"expected {PROFILE_KIND}, {JOB_PROFILE_KIND} or {CATALOG_KIND}"
     message = (
         "required field is missing; " + expected
         if kind is None
@@ -107,6 +114,22 @@ def _profile(doc: Document, catalog: _CatalogDoc, problems: list[CatalogProblem]
     return build_profile(doc.body, catalog.pools, doc.file)
 
 
+def _job_profile(
+    doc: Document, catalog: _CatalogDoc, profiles: list[WorkspaceProfile], problems: list[CatalogProblem]
+) -> JobProfile | None:
+    name = _name(doc.body)
+    found = schema_problems(JOB_PROFILE_KIND, doc.body, doc.file, name)
+    teams = writable_team_directories(tuple(profiles))
+    spec = doc.body.get("spec")
+    if not found and isinstance(spec, dict):
+        findings = job_profile_findings(spec, catalog.settings, teams)
+        found += [CatalogProblem(doc.file, name, where, message) for where, message in findings]
+    problems.extend(found)
+    if found or not catalog.valid:
+        return None
+    return build_job_profile(doc.body, teams, doc.file)
+
+
 def _where(doc: Document) -> str:
     return f"{doc.file} (document {doc.index + 1})"
 
@@ -149,6 +172,9 @@ def parse_catalog(files: CatalogFiles, root: str) -> Catalog:
     profile_docs = [d for d in typed if d.body["kind"] == PROFILE_KIND]
     profiles = [p for doc in profile_docs if (p := _profile(doc, catalog, problems)) is not None]
     problems.extend(_duplicates(profile_docs))
+    job_docs = [d for d in typed if d.body["kind"] == JOB_PROFILE_KIND]
+    jobs = [j for doc in job_docs if (j := _job_profile(doc, catalog, profiles, problems)) is not None]
+    problems.extend(_duplicates(job_docs))
     if not profile_docs:
         problems.append(CatalogProblem(root, None, "", f"the catalog has no {PROFILE_KIND} documents"))
     if problems:
@@ -160,4 +186,5 @@ def parse_catalog(files: CatalogFiles, root: str) -> Catalog:
         sources=tuple(file.name for file in files.files),
         allow_image_tags=catalog.settings.allow_image_tags,
         network=catalog.network,
+        job_profiles=tuple(jobs),
     )

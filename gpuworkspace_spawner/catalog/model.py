@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .network import NetworkSettings
+
+if TYPE_CHECKING:
+    from .jobprofiles import JobProfile
 
 API_VERSION = "gpuworkspace.dev/v1alpha1"
 PROFILE_KIND = "WorkspaceProfile"
@@ -231,9 +234,13 @@ class Catalog:
     sources: tuple[str, ...] = ()
     allow_image_tags: bool = False
     network: NetworkSettings = field(default_factory=NetworkSettings)
+    job_profiles: tuple[JobProfile, ...] = ()  # kind JobProfile (catalog/jobprofiles.py)
 
     def get(self, slug: str) -> WorkspaceProfile | None:
         return next((p for p in self.profiles if p.slug == slug), None)
+
+    def get_job_profile(self, slug: str) -> JobProfile | None:
+        return next((p for p in self.job_profiles if p.slug == slug), None)
 
     @property
     def default_profile(self) -> WorkspaceProfile | None:

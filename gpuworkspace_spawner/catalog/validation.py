@@ -11,10 +11,14 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]
 
 from .errors import CatalogProblem
+from .jobprofiles import JOB_PROFILE_KIND, JOB_PROFILE_SCHEMA
 from .parsing import format_path
 from .schema import SCHEMAS
 
-_VALIDATORS = {kind: Draft202012Validator(schema) for kind, schema in SCHEMAS.items()}
+_VALIDATORS = {
+    kind: Draft202012Validator(schema)
+    for kind, schema in {**SCHEMAS, JOB_PROFILE_KIND: JOB_PROFILE_SCHEMA}.items()
+}
 
 
 def _path(error: ValidationError) -> list[str | int]:

@@ -32,6 +32,7 @@ SERVICE_SAS = {
     ("jhub", "gpuworkspace-disks"): "GPUWS_DISKS_KUBECONFIG",
     ("jhub", "gpuworkspace-attribution"): "GPUWS_ATTRIBUTION_KUBECONFIG",
     ("jhub", "gpuworkspace-reclaimer"): "GPUWS_RECLAIMER_KUBECONFIG",
+    ("jhub", "gpuworkspace-jobs"): "GPUWS_JOBS_KUBECONFIG",
 }
 IDENTITIES = (HUB_SA, *SERVICE_SAS)
 # Not applied: the devcluster serves no apps/v1 (the agent's DaemonSet and the services' Deployments

@@ -308,6 +308,7 @@ def test_hub_config_registers_what_the_values_mirror(hub: Any) -> None:
         "gpuworkspace-reclaimer",
         "gpuworkspace-attribution",
         "gpuworkspace-culler",
+        "gpuworkspace-jobs",
     }
     culler = next(r for r in hub.JupyterHub.load_roles if r["name"] == "gpuworkspace-culler")
     assert sorted(culler["scopes"]) == sorted(

@@ -86,7 +86,8 @@ POD_ENV = {
     "PROXY_PUBLIC_SERVICE_HOST": "10.96.0.12",
     "PROXY_PUBLIC_SERVICE_PORT": "80",
 }
-EXTERNAL = {"gpuworkspace-disks", "gpuworkspace-attribution"}
+EXTERNAL = {"gpuworkspace-disks", "gpuworkspace-attribution", "gpuworkspace-jobs"}
+POKED = {"gpuworkspace-jobs": "jobs"}  # what a caller asks a service for (default: workspaces)
 
 
 @functools.cache
@@ -190,7 +191,12 @@ def test_the_chart_registers_the_services_with_their_tokens_and_roles(
 ) -> None:
     hub, c = chart(user_values(*files), CLUSTER_ENV)
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert services.keys() == {"gpuworkspace-disks", "gpuworkspace-attribution", "gpuworkspace-culler"}
+    assert services.keys() == {
+        "gpuworkspace-disks",
+        "gpuworkspace-attribution",
+        "gpuworkspace-culler",
+        "gpuworkspace-jobs",
+    }
     for name, service in services.items():
         assert service["api_token"] == hub.tokens[name], f"{name}: not the Secret's token"
     own_services = {d["metadata"]["name"]: d for _, d in manifests() if d["kind"] == "Service"}
@@ -304,8 +310,11 @@ def test_each_deployment_starts_and_reaches_the_cluster_as_its_service_account(
             env,
             _bearer_reached(cluster),
             tmp_path / f"{name}.log",
-            # the disk service calls Kubernetes for a caller: list the workspaces' disks
-            poke(f"http://127.0.0.1:{port}/services/{name}/api/v1/workspaces") if port else lambda: None,
+            # the disk service calls Kubernetes for a caller: list the workspaces' disks; the jobs
+            # service: list the caller's jobs
+            poke(f"http://127.0.0.1:{port}/services/{name}/api/v1/{POKED.get(name, 'workspaces')}")
+            if port
+            else lambda: None,
         )
     assert ok, f"Deployment {name} never reached the Kubernetes API with its token:\n{log}"
 
