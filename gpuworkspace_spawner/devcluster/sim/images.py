@@ -142,9 +142,8 @@ def lookup(image: str) -> Image | None:
     if repo == LAUNCHER_REPO:
         return Image("launcher", ref, 412_090_368, (), ("/usr/bin/virt-launcher-monitor",))
     if repo in HUB_REPOS:
-        return Image(
-            "hub", ref, 281_018_368, (), ("jupyterhub",), "/srv/jupyterhub", "/root", {"LANG": "C.UTF-8"}
-        )
+        env = {"LANG": "C.UTF-8", "PATH": f"{NODE_BIN}:{IMAGE_PATH}"}
+        return Image("hub", ref, 281_018_368, (), ("jupyterhub",), "/srv/jupyterhub", "/root", env)
     if repo == LITE_REPO:
         return Image("lite", ref, 12_582_912, (), ("jupyterhub-singleuser",), "/home/jovyan", "/home/jovyan")
     if path == "library/python":
