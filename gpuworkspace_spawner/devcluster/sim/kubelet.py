@@ -152,8 +152,11 @@ class Kubelet(SimController):
             ip = (pod.get("status") or {}).get("podIP")
             if ip and ip != self.node_ip and ip.startswith(f"127.{10 + self.node_index}."):
                 self._ips.setdefault(pod["metadata"]["uid"], ip)
-        # processes left by a devcluster that died without stopping them: a node reboot ends them
+        # processes left by a devcluster that died without stopping them: a node reboot ends them, and
+        # empties the pods' memory-backed volumes (remounted when their pods start again)
         kill_marked(_container_ids(mine))
+        for pod in mine:
+            self.volumes.unmount_memory(pod)
         if self.devices is not None and hasattr(self.devices, "prune"):
             self.devices.prune(p["metadata"]["uid"] for p in self.store.items(PODS))
         self._save_state()
@@ -173,6 +176,8 @@ class Kubelet(SimController):
         await asyncio.gather(
             *(w.task for w in workers), *(t for w in workers for t in w.tasks), return_exceptions=True
         )
+        for worker in workers:  # no tmpfs left mounted on the host once the node is down
+            self.volumes.unmount_memory(worker.last_pod)
         if self.lite_pool is not None:
             self.lite_pool.close()
         self._save_state()

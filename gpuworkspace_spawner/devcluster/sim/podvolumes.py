@@ -235,11 +235,15 @@ class PodVolumes:
 
     def cleanup(self, pod: Obj) -> None:
         """Remove the pod's kubelet-owned directories (volumes, roots, logs) once it is gone."""
+        self.unmount_memory(pod)
+        shutil.rmtree(self.pod_dir(pod), ignore_errors=True)
+
+    def unmount_memory(self, pod: Obj) -> None:
+        """Unmount the pod's ``medium: Memory`` tmpfs (pod gone, or the node going down: a reboot clears them)."""
         volumes = self.pod_dir(pod) / "volumes"
         for vol in (pod.get("spec") or {}).get("volumes") or []:
             if (vol.get("emptyDir") or {}).get("medium") == "Memory" and (volumes / vol["name"]).is_mount():
                 subprocess.run(["umount", "-l", str(volumes / vol["name"])], check=False, capture_output=True)
-        shutil.rmtree(self.pod_dir(pod), ignore_errors=True)
 
 
 def _read_only(vol: Obj) -> bool:
