@@ -46,6 +46,8 @@ class ExecContext:
 
     cwd: Path
     env: dict[str, str]
+    prefix: tuple[str, ...] = ()  # runs the command inside the container (nsenter into its mount namespace)
+    root: Path | None = None  # the container's root as the host sees it (/proc/<pid>/root): PATH lookups
 
 
 class ContainerRuntime(Protocol):
@@ -403,9 +405,11 @@ class _ExecSession:
             self.master, slave = pty.openpty()
             os.set_blocking(self.master, False)
             stdio = {"stdin": slave, "stdout": slave, "stderr": slave, "preexec_fn": _take_controlling_tty}
+        if ctx.root is not None and not _found_in(ctx.root, command[0], ctx.env.get("PATH", "")):
+            raise FileNotFoundError(command[0])
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *command, cwd=ctx.cwd, env=env, start_new_session=True, **stdio
+                *ctx.prefix, *command, cwd=ctx.cwd, env=env, start_new_session=True, **stdio
             )
         finally:
             if slave is not None:
@@ -515,6 +519,16 @@ def _exit_status(command: list[str], code: int) -> dict[str, Any]:
     message = f"error executing command [{' '.join(command)}], exit code {code}"
     causes = [{"reason": "ExitCode", "message": str(code)}]
     return _failure(f"command terminated with non-zero exit code: {message}", "NonZeroExitCode", causes)
+
+
+def _found_in(root: Path, exe: str, path: str) -> bool:
+    """Whether ``execvp(exe)`` finds an executable in the container whose root the host sees at ``root``."""
+    candidates = [exe] if "/" in exe else [f"{d}/{exe}" for d in path.split(":") if d]
+    for candidate in candidates:
+        full = root / candidate.lstrip("/")
+        if full.is_file() and os.access(full, os.X_OK):
+            return True
+    return False
 
 
 def _spawn_error(executable: str, exc: OSError) -> dict[str, Any]:

@@ -48,15 +48,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,6 +62,7 @@ from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from .harness import HubStack, http, logged_in_page, wait_for
 from .test_attribution import ARTIFACTS, NS, WORKLOAD, kubectl, pod_of, script, until, user_token
+from .test_self_healing import _volume_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -358,10 +356,17 @@ def silent_terminal_process(stack: HubStack, ws: Workspace) -> None:
 
 
 def hostile_server(stack: HubStack, ws: Workspace) -> None:
-    """Put the recorder on the home disk (from the kernel), restart the server with it, open a notebook."""
-    capture = ws.seen["capture"]
+    """Put the recorder on the home disk (from the kernel), restart the server with it, open a notebook.
+
+    It records into a file on that disk (a container writes nowhere else), read from the disk's directory."""
+    pod = pod_of(stack, ws.user, SERVER)
+    home = next(m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "home")
+    claim = next(
+        v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if v["name"] == "home"
+    )
+    capture = ws.seen["capture"] = _volume_dir(stack, claim) / "requests.jsonl"
     ws.kernel = start_kernel(stack, ws)
-    config = RECORDER.format(path=str(capture))
+    config = RECORDER.format(path=f"{home}/requests.jsonl")
     code = (
         "import os, pathlib; d = pathlib.Path.home() / '.jupyter'; d.mkdir(exist_ok=True); "
         f"(d / 'jupyter_server_config.py').write_text({config!r})"
@@ -668,8 +673,6 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
     since = datetime.now(UTC)
     scenarios = plan()
     workspaces = {user: ws for user, (ws, _, _) in scenarios.items()}
-    capture_dir = Path(tempfile.mkdtemp(prefix="gpuws-e2e-snoop-"))
-    workspaces["cull-snoop"].seen["capture"] = capture_dir / "requests.jsonl"
     for ws in workspaces.values():
         if stack.hub.api("GET", f"/users/{ws.user}")[0] == 404:
             assert stack.hub.api("POST", f"/users/{ws.user}")[0] == 201
@@ -697,7 +700,7 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         for thread in threads:
             thread.join(300)
         snoop = workspaces["cull-snoop"]
-        if snoop.error is None and snoop.seen["capture"].exists():  # the server is stopped: all it saw
+        if snoop.error is None and snoop.seen.get("capture") and snoop.seen["capture"].exists():  # all it saw
             snoop.seen["requests"] = captured(snoop)
         # the servers to be kept: watched past the time they would have been stopped when idle
         idle = max(
@@ -716,7 +719,6 @@ def run(stack: HubStack, browser: Any) -> Iterator[Run]:
         yield result
     finally:
         watch.done.set()
-        shutil.rmtree(capture_dir, ignore_errors=True)
         try:
             stop_all(stack, list(workspaces))
         finally:

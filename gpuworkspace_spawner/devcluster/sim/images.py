@@ -17,6 +17,12 @@ home, env) and how the command maps to a host executable:
 - ``gpuworkspace.dev/lite-singleuser:*`` runs ``python -m ...sim.lite_server`` for ``jupyterhub-singleuser``:
   one small process answering like the single-user server, for scale tests (the kubelet serves these
   launches as listeners in one shared process per node, ``sim/lite_pool.py``);
+- ``quay.io/jupyterhub/jupyterhub`` (and ``docker.io/jupyterhub/jupyterhub``) is JupyterHub's own image
+  (jupyterhub/jupyterhub ``Dockerfile``: ``WORKDIR /srv/jupyterhub``, ``CMD ["jupyterhub"]``): ``jupyterhub``
+  runs the installed JupyterHub through ``sim/hubrun.py``, which reads the config file the pod mounts (or
+  ``jupyterhub_config.py`` in the working dir, as the real one does) and binds all-interfaces addresses to
+  the pod IP; the image has no configurable-http-proxy, like a z2jh hub pod whose proxy runs elsewhere
+  (``ConfigurableHTTPProxy.should_start = False``);
 - anything else does not exist: pulling it fails like a registry's "not found".
 
 Jupyter servers are told to bind the pod IP (``--ip``, ``JUPYTERHUB_SERVICE_URL``'s host; KubeSpawner
@@ -48,6 +54,12 @@ LITE_MODULE = "gpuworkspace_spawner.devcluster.sim.lite_server"
 # KubeVirt's launcher runs the simulated guest (sim/guest.py), which boots from the root disk's directory.
 LAUNCHER_REPO = "quay.io/kubevirt/virt-launcher"
 GUEST_MODULE = "gpuworkspace_spawner.devcluster.sim.guest"
+HUB_REPOS = ("quay.io/jupyterhub/jupyterhub", "docker.io/jupyterhub/jupyterhub")
+HUB_MODULE = "gpuworkspace_spawner.devcluster.sim.hubrun"
+# configurable-http-proxy, which JupyterHub's image installs with npm: this checkout's (scripts/bootstrap.sh)
+NODE_BIN = posixpath.normpath(
+    posixpath.join(posixpath.dirname(__file__), "..", "..", "..", "node_modules", ".bin")
+)
 SHELL_IMAGES = {"busybox": 2_167_176, "alpine": 3_653_482, "ubuntu": 29_754_422, "debian": 48_492_154}
 _NOTEBOOK_ENV = {
     "NB_USER": "jovyan",
@@ -74,7 +86,7 @@ _ROOT_FLAGS = (
 class Image:
     """A known image: its normalized reference and the defaults a container of it starts with."""
 
-    kind: str  # notebook | lite | python | shell | launcher
+    kind: str  # notebook | lite | python | shell | launcher | hub
     ref: str  # docker.io/library/python:3.11
     size: int  # bytes, for the Pulled event
     entrypoint: tuple[str, ...] = ()
@@ -129,6 +141,9 @@ def lookup(image: str) -> Image | None:
         )
     if repo == LAUNCHER_REPO:
         return Image("launcher", ref, 412_090_368, (), ("/usr/bin/virt-launcher-monitor",))
+    if repo in HUB_REPOS:
+        env = {"LANG": "C.UTF-8", "PATH": f"{NODE_BIN}:{IMAGE_PATH}"}
+        return Image("hub", ref, 281_018_368, (), ("jupyterhub",), "/srv/jupyterhub", "/root", env)
     if repo == LITE_REPO:
         return Image("lite", ref, 12_582_912, (), ("jupyterhub-singleuser",), "/home/jovyan", "/home/jovyan")
     if path == "library/python":
@@ -188,6 +203,8 @@ def host_command(
         exe = "jupyterhub-singleuser" if hub else "jupyter-server"
     if exe == "jupyter" and rest[:1] and rest[0] in ("lab", "server", "notebook"):
         exe, rest = "jupyter-server", rest[1:]
+    if exe == "jupyterhub" and image.kind == "hub":
+        return HostCommand([python, "-m", HUB_MODULE], rest, False)
     if exe in _SERVER_EXES:
         if image.kind == "lite":
             return HostCommand([python, "-m", LITE_MODULE], rest, True)

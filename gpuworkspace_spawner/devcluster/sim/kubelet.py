@@ -39,7 +39,7 @@ from ..errors import ApiError
 from ..podio import ExecContext, LocalDirRuntime
 from ..store import Obj, TypeKey
 from ..verbs import now_rfc3339
-from . import csi, podenv
+from . import csi, mountns, podenv
 from .base import Key, SimController, rt_of
 from .context import SimContext
 from .events import record_event
@@ -47,7 +47,7 @@ from .lite_pool import LitePool
 from .podlaunch import HostInfo
 from .podvolumes import PodVolumes
 from .podworker import PodWorker
-from .procs import kill_marked
+from .procs import ContainerProcess, kill_marked
 
 log = logging.getLogger(__name__)
 PODS, NODES, LEASES = rt_of("", "pods"), rt_of("", "nodes"), rt_of("coordination.k8s.io", "leases")
@@ -96,7 +96,7 @@ def _bin_dir() -> str:
 
 
 class Kubelet(SimController):
-    watches = (PODS.key, VAS.key)
+    watches = (PODS.key, VAS.key, CONFIGMAPS.key, SECRETS.key)
 
     def __init__(
         self,
@@ -112,8 +112,17 @@ class Kubelet(SimController):
         self.name = f"kubelet-{node_name}"
         self.node_ip = f"127.{10 + node_index}.0.1"
         self.config = config or KubeletConfig()
-        self.volumes = PodVolumes(self.store, ctx.state_dir, node_name, self._volume_dir)
-        self.host = HostInfo(sys.executable, _bin_dir(), os.geteuid() == 0, os.path.exists)
+        as_root = os.geteuid() == 0
+        self.volumes = PodVolumes(self.store, ctx.state_dir, node_name, self._volume_dir, as_root=as_root)
+        namespaces, why = mountns.available(sys.executable)
+        if not namespaces:
+            log.warning(
+                "devcluster %s: containers run without mount namespaces (%s): volumes are not at their "
+                "mountPaths, a process sees host directories passed by option",
+                self.name,
+                why,
+            )
+        self.host = HostInfo(sys.executable, _bin_dir(), as_root, os.path.exists, namespaces)
         self.isolated = False
         self.workers: dict[tuple[str, str], PodWorker] = {}
         log_path = ctx.path("sim", f"lite-pool-{node_name}.log")
@@ -143,8 +152,11 @@ class Kubelet(SimController):
             ip = (pod.get("status") or {}).get("podIP")
             if ip and ip != self.node_ip and ip.startswith(f"127.{10 + self.node_index}."):
                 self._ips.setdefault(pod["metadata"]["uid"], ip)
-        # processes left by a devcluster that died without stopping them: a node reboot ends them
+        # processes left by a devcluster that died without stopping them: a node reboot ends them, and
+        # empties the pods' memory-backed volumes (remounted when their pods start again)
         kill_marked(_container_ids(mine))
+        for pod in mine:
+            self.volumes.unmount_memory(pod)
         if self.devices is not None and hasattr(self.devices, "prune"):
             self.devices.prune(p["metadata"]["uid"] for p in self.store.items(PODS))
         self._save_state()
@@ -164,11 +176,18 @@ class Kubelet(SimController):
         await asyncio.gather(
             *(w.task for w in workers), *(t for w in workers for t in w.tasks), return_exceptions=True
         )
+        for worker in workers:  # no tmpfs left mounted on the host once the node is down
+            self.volumes.unmount_memory(worker.last_pod)
         if self.lite_pool is not None:
             self.lite_pool.close()
         self._save_state()
 
     def keys_for(self, key: TypeKey, obj: Obj, old: Obj | None) -> Iterable[Key]:
+        if key in (CONFIGMAPS.key, SECRETS.key):  # the volumes of running pods follow their sources
+            ns = obj["metadata"].get("namespace", "")
+            if obj.get("immutable") and old is not None:
+                return []
+            return [(PODS.key, w.ns, w.name) for w in self.workers.values() if w.ns == ns and w.sandbox]
         if key == VAS.key:
             if (obj.get("spec") or {}).get("nodeName") != self.node:
                 return []
@@ -328,6 +347,9 @@ class Kubelet(SimController):
         proc = worker.procs.get(container) if worker is not None else None
         if proc is None or not proc.running or worker is None or worker.uid != pod["metadata"].get("uid"):
             return None
+        prefix = proc.enter_prefix() if isinstance(proc, ContainerProcess) else []
+        if prefix:  # inside the container's mount namespace, in its working dir
+            return ExecContext(Path("/"), dict(proc.env), tuple(prefix), Path(f"/proc/{proc.pid}/root"))
         return ExecContext(proc.cwd, dict(proc.env))
 
     def stop_heartbeats(self) -> None:

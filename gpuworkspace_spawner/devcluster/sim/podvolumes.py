@@ -1,17 +1,22 @@
 """Pod volumes on the simulated node: per-volume host directories and the container-path → host-dir map.
 
-Processes are not in containers, so nothing is mounted: each volume is a host directory and a
-:class:`MountTable` maps container paths to host paths (longest mount prefix wins; anything else lands
-under the container's root dir ``pods/<ns>/<pod>/<c>/root``). The kubelet passes the table to the process
-as ``GPUWORKSPACE_MOUNTS`` (JSON) and uses it for the working dir, ``HOME`` and a Jupyter root dir.
-Absolute paths a process opens itself are *host* paths: only what the kubelet translates is mapped.
+Each volume is a host directory; a :class:`MountTable` maps the container's paths to them (longest mount
+prefix wins; anything else lands under the container's root dir ``pods/<ns>/<pod>/<c>/root``). When the
+kubelet can make mount namespaces (root), ``sim/nslaunch.py`` binds each entry at its mountPath for the
+container's process (``sim/mountns.py``); otherwise the table is passed as ``GPUWORKSPACE_MOUNTS`` (JSON) and
+used to translate the working dir, ``HOME`` and a Jupyter root dir.
 
-- emptyDir, secret, configMap, downwardAPI, projected (serviceAccountToken: a fake token file) →
-  ``pods/<ns>/<pod>/volumes/<name>/``, written at pod start (no live updates; readOnly not enforced);
+- secret, configMap, downwardAPI, projected (serviceAccountToken: a fake token file) →
+  ``pods/<ns>/<pod>/volumes/<name>/``, written by the kubelet's atomic writer (``sim/atomicwriter.py``) at
+  pod start and again whenever the source changes (:meth:`PodVolumes.refresh`); mounted read-only, as the
+  kubelet does since 1.11;
+- emptyDir → the same place; ``medium: Memory`` is a tmpfs there (``size=`` its ``sizeLimit``) when the
+  kubelet runs as root;
 - persistentVolumeClaim (and generic ephemeral volumes' ``<pod>-<volume>`` claims) → PVC → PV →
   ``spec.csi.volumeHandle`` → ``sim.csi.volume_dir``; PVs with ``hostPath``/``local`` use that path.
-  Volumes of attach-required drivers (RBD; for unknown drivers: RWO/RWOP volumes) wait until their
-  VolumeAttachment to this node reports ``attached``, the pod staying ContainerCreating;
+  ``readOnly`` (on the volume or the volumeMount) mounts it read-only. Volumes of attach-required drivers
+  (RBD; for unknown drivers: RWO/RWOP volumes) wait until their VolumeAttachment to this node reports
+  ``attached``, the pod staying ContainerCreating;
 - hostPath → the host path itself. Other volume types are treated as emptyDir.
 """
 
@@ -23,13 +28,15 @@ import json
 import logging
 import posixpath
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..quantity import parse_quantity
 from ..store import Obj, Store
-from . import podenv
+from . import atomicwriter, podenv
 from .base import rt_of
 from .csi import DRIVERS
 
@@ -39,6 +46,7 @@ PVS = rt_of("", "persistentvolumes")
 ATTACHMENTS = rt_of("storage.k8s.io", "volumeattachments")
 EXCLUSIVE_MODES = ("ReadWriteOnce", "ReadWriteOncePod")
 _POD_LEVEL = ("emptyDir", "secret", "configMap", "downwardAPI", "projected")
+API_VOLUMES = ("secret", "configMap", "downwardAPI", "projected")  # written by the kubelet, mounted read-only
 
 
 class VolumeNotReady(Exception):
@@ -53,6 +61,7 @@ class VolumeNotReady(Exception):
 class MountTable:
     root: Path  # the container's "/" on the host
     mounts: dict[str, Path] = field(default_factory=dict)  # container path → host path
+    readonly: frozenset[str] = frozenset()  # container paths mounted read-only
 
     def to_host(self, path: str) -> Path:
         path = posixpath.normpath("/" + path.lstrip("/"))  # not "//x": POSIX keeps a leading "//"
@@ -83,8 +92,17 @@ def attachment_name(handle: str, driver: str, node: str) -> str:
 class PodVolumes:
     """Sets up a pod's volumes on node ``node``; ``volume_dir(handle)`` locates a CSI volume's data."""
 
-    def __init__(self, store: Store, state_dir: Path, node: str, volume_dir: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        state_dir: Path,
+        node: str,
+        volume_dir: Callable[[str], Path],
+        *,
+        as_root: bool = False,
+    ) -> None:
         self.store, self.state_dir, self.node, self.volume_dir = store, state_dir, node, volume_dir
+        self.as_root = as_root  # tmpfs for medium: Memory
 
     def pod_dir(self, pod: Obj) -> Path:
         meta = pod["metadata"]
@@ -118,17 +136,40 @@ class PodVolumes:
         kind = next((k for k in _POD_LEVEL if k in vol), "emptyDir")
         if kind == "emptyDir":
             target.mkdir(parents=True, exist_ok=True)
+            if (vol.get("emptyDir") or {}).get("medium") == "Memory" and self.as_root:
+                _mount_tmpfs(name, target, (vol.get("emptyDir") or {}).get("sizeLimit"))
             return target
-        files = _contents(pod, name, kind, vol[kind], sources)
-        if target.exists():
-            shutil.rmtree(target)
-        for rel, (data, mode) in files.items():
-            path = target / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            path.chmod(mode)
-        target.mkdir(parents=True, exist_ok=True)
+        self._write_api_volume(pod, vol, kind, target, sources)
         return target
+
+    def _write_api_volume(
+        self, pod: Obj, vol: Obj, kind: str, target: Path, sources: podenv.EnvSources
+    ) -> bool:
+        files = _contents(pod, vol["name"], kind, vol[kind], sources)
+        try:
+            return atomicwriter.write(target, files)
+        except ValueError as exc:
+            msg = f'MountVolume.SetUp failed for volume "{vol["name"]}" : {exc}'
+            raise VolumeNotReady(msg, event=msg) from exc
+
+    def refresh(self, pod: Obj, sources: podenv.EnvSources) -> list[str]:
+        """Re-write the API volumes whose source changed (the kubelet's periodic remount); their names.
+
+        A source that went away keeps the files last written (the kubelet logs the failed update).
+        """
+        updated = []
+        for vol in (pod.get("spec") or {}).get("volumes") or []:
+            kind = next((k for k in API_VOLUMES if k in vol), "")
+            if not kind or _claim_name(pod, vol):
+                continue
+            try:
+                if self._write_api_volume(
+                    pod, vol, kind, self.pod_dir(pod) / "volumes" / vol["name"], sources
+                ):
+                    updated.append(vol["name"])
+            except VolumeNotReady as exc:
+                log.debug("devcluster kubelet %s: volume %s not refreshed: %s", self.node, vol["name"], exc)
+        return updated
 
     def _pvc(self, pod: Obj, claim: str) -> Path:
         ns = pod["metadata"].get("namespace", "")
@@ -175,6 +216,8 @@ class PodVolumes:
         root = self.pod_dir(pod) / container["name"] / "root"
         root.mkdir(parents=True, exist_ok=True)
         table: dict[str, Path] = {}
+        readonly: set[str] = set()
+        specs = {v["name"]: v for v in (pod.get("spec") or {}).get("volumes") or []}
         for vm in container.get("volumeMounts") or []:
             host = dirs.get(vm["name"])
             if host is None:
@@ -182,14 +225,48 @@ class PodVolumes:
             sub = vm.get("subPath") or podenv.expand(vm.get("subPathExpr") or "", env)
             if sub:
                 host = host / sub.lstrip("/")
-                if not host.exists():
+                if not host.exists() and not host.is_symlink():
                     host.mkdir(parents=True, exist_ok=True)
-            table[posixpath.normpath("/" + vm["mountPath"].lstrip("/"))] = host
-        return MountTable(root, table)
+            path = posixpath.normpath("/" + vm["mountPath"].lstrip("/"))
+            table[path] = host
+            if vm.get("readOnly") or _read_only(specs.get(vm["name"]) or {}):
+                readonly.add(path)
+        return MountTable(root, table, frozenset(readonly))
 
     def cleanup(self, pod: Obj) -> None:
         """Remove the pod's kubelet-owned directories (volumes, roots, logs) once it is gone."""
+        self.unmount_memory(pod)
         shutil.rmtree(self.pod_dir(pod), ignore_errors=True)
+
+    def unmount_memory(self, pod: Obj) -> None:
+        """Unmount the pod's ``medium: Memory`` tmpfs (pod gone, or the node going down: a reboot clears them)."""
+        volumes = self.pod_dir(pod) / "volumes"
+        for vol in (pod.get("spec") or {}).get("volumes") or []:
+            if (vol.get("emptyDir") or {}).get("medium") == "Memory" and (volumes / vol["name"]).is_mount():
+                subprocess.run(["umount", "-l", str(volumes / vol["name"])], check=False, capture_output=True)
+
+
+def _read_only(vol: Obj) -> bool:
+    """API volumes are always read-only; a claim is when its volume source says ``readOnly``."""
+    return any(k in vol for k in API_VOLUMES) or bool(
+        (vol.get("persistentVolumeClaim") or {}).get("readOnly")
+    )
+
+
+def _mount_tmpfs(name: str, target: Path, size_limit: str | None) -> None:
+    """``medium: Memory``: a tmpfs at the emptyDir's directory, ``size=`` its ``sizeLimit`` (kubelet's empty_dir.go)."""
+    if target.is_mount():
+        return
+    options = "mode=0777" + (f",size={int(parse_quantity(size_limit))}" if size_limit else "")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        msg = f'MountVolume.SetUp failed for volume "{name}" : mount failed: {done.stderr.strip()}'
+        raise VolumeNotReady(msg, event=msg)
 
 
 def _claim_name(pod: Obj, vol: Obj) -> str:

@@ -19,10 +19,11 @@ import secrets
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..store import Obj
-from . import images, podenv, podlaunch, probes
+from . import images, mountns, podenv, podlaunch, probes
 from .devices import is_device_resource
 from .imagepull import ImagePuller
 from .lite_pool import LiteContainer, is_lite
@@ -160,6 +161,8 @@ class PodWorker:
             retry = self._setup_sandbox(pod)
             if retry is not None:
                 return retry
+        else:  # the kubelet's remount: ConfigMap, Secret, downward API and projected files follow their sources
+            self.k.volumes.refresh(pod, self.k.env_sources())
         return await self._sync_containers(pod)
 
     def flush(self, *, terminal: bool = False) -> None:
@@ -332,7 +335,7 @@ class PodWorker:
         own.update(self.gpu_env.get(c["name"], {}))
         mounts = self.k.volumes.mounts(pod, c, self.dirs, own)
         plan = podlaunch.plan(pod, c, info, own, mounts, self.pod_ip, self.k.host)
-        for path in (plan.cwd, plan.env["HOME"]):
+        for path in () if plan.namespaced else (plan.cwd, plan.env["HOME"]):  # the launcher makes its own
             with contextlib.suppress(OSError):
                 os.makedirs(path, exist_ok=True)
         if run.container_id:  # a new instance of a container that ran before
@@ -352,19 +355,28 @@ class PodWorker:
         self.k.record(pod, "Normal", "Created", f"Created container: {c['name']}")
         pool = getattr(self.k, "lite_pool", None)  # lite servers: a listener in the node's shared process
         lite = pool is not None and is_lite(plan.argv)
-        proc = (functools.partial(LiteContainer, pool) if lite else ContainerProcess)(
+        proc = (
+            functools.partial(LiteContainer, pool)
+            if lite
+            else functools.partial(ContainerProcess, namespaced=plan.namespaced)
+        )(
             plan.argv,
             plan.env,
             plan.cwd,
             run.container_id,
             lambda text: self.k.write_log(pod, c["name"], text),
         )
+        exe = mountns.command_of(plan.argv) if plan.namespaced else plan.argv[:1]
         try:
-            if not plan.argv:
+            if not exe:
                 raise FileNotFoundError("no command specified")
+            if plan.namespaced and not mountns.find_executable(
+                mounts, exe[0], plan.env, mountns.is_executable
+            ):
+                raise FileNotFoundError(exe[0])
             proc.start()
         except OSError as exc:
-            message = start_error(plan.argv[0] if plan.argv else "", exc)
+            message = start_error(exe[0] if exe else "", exc)
             self.k.record(pod, "Warning", "Failed", f"Error: {message}")
             run.terminated = terminated(
                 128, None, rfc3339(), run.container_id, reason="StartError", message=message
@@ -444,7 +456,8 @@ class PodWorker:
             cmd = images.host_command(
                 info, argv, proc.env, python=host.python, bin_dir=host.bin_dir, exists=host.exists
             )
-            return await run_once(cmd.argv, proc.env, proc.cwd, limit_s)
+            prefix = proc.enter_prefix() if isinstance(proc, ContainerProcess) else []
+            return await run_once([*prefix, *cmd.argv], proc.env, Path("/") if prefix else proc.cwd, limit_s)
 
         return run
 

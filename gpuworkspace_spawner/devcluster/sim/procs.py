@@ -22,6 +22,9 @@ from typing import IO
 
 log = logging.getLogger(__name__)
 MARKER = "GPUWORKSPACE_CONTAINER_ID"
+NS_SPEC_ENV = (
+    "GPUWORKSPACE_NS_SPEC"  # the launcher's spec (mountns.SPEC_ENV), not part of the container's env
+)
 _CHUNK = 65536
 
 
@@ -40,9 +43,13 @@ class ContainerProcess:
         cwd: Path,
         container_id: str,
         write: Callable[[str], None],
+        *,
+        namespaced: bool = False,
     ) -> None:
         self.argv, self.cwd, self.container_id, self._write = argv, cwd, container_id, write
-        self.env = {**env, MARKER: container_id}
+        self.namespaced = namespaced  # started by sim/nslaunch.py: cwd is the container's, in its namespace
+        self._launch_env = {**env, MARKER: container_id}
+        self.env = {k: v for k, v in self._launch_env.items() if k != NS_SPEC_ENV}  # what exec sees
         self.proc: subprocess.Popen[bytes] | None = None
         self.exited = asyncio.Event()
         self.returncode: int | None = None
@@ -63,8 +70,8 @@ class ContainerProcess:
         loop = asyncio.get_running_loop()
         self.proc = subprocess.Popen(  # returns at exec; reaping is asynchronous (pidfd)
             self.argv,
-            cwd=self.cwd,
-            env=self.env,
+            cwd="/" if self.namespaced else self.cwd,
+            env=self._launch_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -132,6 +139,12 @@ class ContainerProcess:
         self.returncode = exit_code(code)
         self.finished_ns = time.time_ns()
         self.exited.set()
+
+    def enter_prefix(self) -> list[str]:
+        """What runs a command inside this container's mount namespace and working dir (nothing when it has none)."""
+        if not self.namespaced or self.proc is None:
+            return []
+        return ["nsenter", f"--target={self.proc.pid}", "--mount", "--root", f"--wdns={self.cwd}", "--"]
 
     @property
     def running(self) -> bool:

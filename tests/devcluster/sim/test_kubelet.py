@@ -221,7 +221,13 @@ async def test_python_http_server_pods_get_own_ips_serve_log_and_delete(sim: Sim
     ctx = sim.cluster.pod_runtime.exec_context(pod, "web")
     assert ctx is not None
     kctx = sim.kubelet.exec_context(pod, "web")
-    assert kctx is not None and kctx.env["POD_IP"] == ip and kctx.cwd.name == "www"
+    assert kctx is not None and kctx.env["POD_IP"] == ip
+    if sim.kubelet.host.namespaces:  # exec joins the container's mount namespace, in its working dir
+        assert kctx.prefix[-2:] == ("--wdns=/srv", "--") and kctx.root == Path(
+            f"/proc/{kctx.prefix[1][9:]}/root"
+        )
+    else:
+        assert kctx.cwd.name == "www"
     assert KubeletRuntime(sim.ctx).exec_context(pod, "web") == kctx
     # delete: Killing, SIGTERM (http.server dies of it), the object goes, the port closes
     sim.verbs.delete(PODS, "default", "web", {})
@@ -356,7 +362,8 @@ async def _run_singleuser(sim: Sim, hub_port: int) -> None:
     assert status == 200 and '"version"' in text
     volume = sim.ctx.path("volumes", handle)
     log = sim.cluster.pod_runtime.log_file("default", "jupyter-alice", "notebook").read_text()
-    assert f"Serving notebooks from local directory: {volume}" in log
+    root = "/home/jovyan" if sim.kubelet.host.namespaces else volume  # the container's path, or the host's
+    assert f"Serving notebooks from local directory: {root}" in log
     assert (volume / ".local" / "share" / "jupyter").is_dir()  # HOME is the PVC's directory
     sim.verbs.delete(PODS, "default", "jupyter-alice", {})
     await eventually(lambda: sim.pod("jupyter-alice") is None, 20, "pod gone")
