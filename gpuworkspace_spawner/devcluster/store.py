@@ -228,3 +228,17 @@ class Store:
         if self._journal is not None:
             self._journal.close()
             self._journal = None
+
+
+def owner_ref(owner: Obj) -> dict[str, Any]:
+    """The controller ownerReference a controller puts on what it creates for ``owner`` (an object with
+    its apiVersion, kind and metadata), so the garbage collector deletes it with its owner."""
+    m = owner.get("metadata") or {}
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": m["name"],
+        "uid": m["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

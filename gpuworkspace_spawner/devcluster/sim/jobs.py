@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..jobspec import TRACKING_FINALIZER, condition
-from ..store import Obj, TypeKey
+from ..store import Obj, TypeKey, owner_ref
 from ..tables import parse_time
 from ..verbs import now_rfc3339
 from .base import Key, SimController, rt_of
@@ -74,14 +74,7 @@ def pod_from_template(job: Obj, index: int | None = None) -> Obj:
     ``JOB_COMPLETION_INDEX`` variable, as ``addCompletionIndexEnvVariables`` sets them)."""
     meta, template = job["metadata"], (job.get("spec") or {}).get("template") or {}
     tmeta = template.get("metadata") or {}
-    owner = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = owner_ref({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta})
     pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..quantity import parse_quantity
+from ..store import owner_ref
 from .kueueadmit import Assignment, FlavorQuota, PodSet, QueueSpec, ResourceGroup, WorkloadView, quantity_text
 
 Obj = dict[str, Any]
@@ -94,16 +95,7 @@ def build_workload(job: Obj, priority: tuple[str, int] | None) -> Obj:
             "name": workload_name(meta["name"], meta["uid"]),
             "namespace": meta["namespace"],
             "labels": {JOB_UID_LABEL: meta["uid"]},
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_ref({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta})],
         },
         "spec": spec,
     }

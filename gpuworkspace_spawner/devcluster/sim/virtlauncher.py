@@ -26,7 +26,7 @@ import hashlib
 from typing import Any
 
 from ..quantity import parse_quantity
-from ..store import Obj
+from ..store import Obj, owner_ref
 from ..verbs import clone
 
 LAUNCHER_IMAGE = "quay.io/kubevirt/virt-launcher:v1.4.1"
@@ -102,18 +102,6 @@ def mkcond(ctype: str, status: str, reason: str = "", message: str = "") -> Obj:
         "status": status,
         **({"reason": reason} if reason else {}),
         **({"message": message} if message else {}),
-    }
-
-
-def owner_ref(owner: Obj) -> dict[str, Any]:
-    m = meta(owner)
-    return {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": m["name"],
-        "uid": m["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
     }
 
 
