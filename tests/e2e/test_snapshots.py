@@ -66,6 +66,36 @@ def pod_gone(stack: HubStack, user: str) -> bool:
     return not get_json(stack, "pods", "-l", f"gpuworkspace.dev/user={user}")["items"]
 
 
+def wait_pod_gone(stack: HubStack, user: str) -> None:
+    """Wait for the user's pod to go after a stop; on a timeout say which pod is left and what the hub did."""
+    try:
+        wait_for(lambda: pod_gone(stack, user), 60, f"{user}'s pod gone")
+    except TimeoutError as exc:
+        pods = get_json(stack, "pods", "-l", f"gpuworkspace.dev/user={user}")["items"]
+        left = [
+            {
+                "name": p["metadata"]["name"],
+                "uid": p["metadata"]["uid"],
+                "created": p["metadata"]["creationTimestamp"],
+                "deleting": p["metadata"].get("deletionTimestamp"),
+                "phase": (p.get("status") or {}).get("phase"),
+                "containers": (p.get("status") or {}).get("containerStatuses"),
+            }
+            for p in pods
+        ]
+        names = {p["name"] for p in left}
+        hub_log = stack.hub.proc.log_path.read_text(errors="replace").splitlines()
+        mentions = [line for line in hub_log if any(n in line for n in names)][-40:]
+        events = [
+            (e.get("lastTimestamp"), e["reason"], e["message"])
+            for e in get_json(stack, "events")["items"]
+            if e["involvedObject"]["name"] in names
+        ]
+        raise AssertionError(
+            f"{exc}: pods left {left}; their events {events}; hub log about them:\n" + "\n".join(mentions)
+        ) from exc
+
+
 def claim_events(stack: HubStack, claim: str) -> list[dict[str, Any]]:
     return [e for e in get_json(stack, "events")["items"] if e["involvedObject"]["name"] == claim]
 
@@ -117,7 +147,7 @@ def test_alice_restores_her_scheduled_snapshot_and_bob_cannot_touch_it(
     status, body = call(base, alice, "POST", f"api/v1/disks/{CLAIM}/restore", {"snapshot": snap["name"]})
     assert status == 409 and "stop the workspace first" in body["message"], body
     stack.hub.stop_server(USER, SERVER)
-    wait_for(lambda: pod_gone(stack, USER), 60, "alice's pod gone")
+    wait_pod_gone(stack, USER)
     status, body = call(base, alice, "POST", f"api/v1/disks/{CLAIM}/restore", {"snapshot": snap["name"]})
     assert status == 200, body
     assert body["restoredFrom"] == snap["name"] and "pre-restore" in body["safetySnapshot"], body
@@ -130,7 +160,7 @@ def test_alice_restores_her_scheduled_snapshot_and_bob_cannot_touch_it(
     # the page: alice (OAuth login in chromium) sees her snapshots and restores one with its form
     write_file(stack, USER, SERVER, "notes.txt", "overwritten")
     stack.hub.stop_server(USER, SERVER)
-    wait_for(lambda: pod_gone(stack, USER), 60, "alice's pod gone")
+    wait_pod_gone(stack, USER)
     message = restore_on_page(stack, browser, snap["name"])
     assert "Disk restored from snapshot" in message, message
     restored = get_json(stack, "pvc", CLAIM)["metadata"]["annotations"]
