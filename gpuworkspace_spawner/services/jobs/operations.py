@@ -11,14 +11,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import socket
 import string
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from ...audit import Action, AuditRecord, build_audit_event, log_audit
+from ...audit import Action, AuditRecord
 from ...catalog import CatalogSource
 from ...catalog.model import WorkspaceProfile
 from ...jobs.manifests import (
@@ -44,6 +42,7 @@ from ...manifests.names import (
     WorkspaceIdentity,
     image_digest,
 )
+from ..auditing import record_audit
 from ..disks import access
 from ..serving import ServiceError
 
@@ -121,16 +120,7 @@ class JobOperations:
             details=details,
             actor=access.who(caller),
         )
-        now = datetime.now(UTC)
-        log_audit(record, now=now)
-        if not self.settings.events:
-            return
-        event = build_audit_event(record, now=now, instance=socket.gethostname())
-        event["message"] = f"{message} (by {record.actor})"[:1024]
-        try:
-            await gateway.create_event(self.api, self.settings.namespace, event, request_timeout=self._rt)
-        except KubernetesError as exc:
-            log.warning("Could not record audit event %s for %s: %s", action, record.name, exc)
+        await record_audit(self.api, record, events=self.settings.events, request_timeout=self._rt)
 
     # ------------------------------------------------------------------------ submit
     async def _home(self, identity: WorkspaceIdentity) -> Obj:
