@@ -214,18 +214,27 @@ def host_command(
             return HostCommand([python, "-m", LITE_MODULE], rest, True)
         name = exe if exe in ("jupyterhub-singleuser", "jupyter-server") else "jupyter-server"
         return HostCommand([posixpath.join(bin_dir, name)], rest, True)
-    if exe in WORKSPACE_TOOLS and image.ref.startswith((f"{WORKSPACE_REPO}@", f"{WORKSPACE_REPO}:")):
-        return HostCommand([posixpath.join(bin_dir, exe)], rest, False)
-    if exe == "python" or (exe.startswith("python") and exe[6:].replace(".", "").isdigit()):
-        return HostCommand([python], rest, False)
-    if exe == "pip" or exe.startswith("pip3"):
-        return HostCommand([python, "-m", "pip"], rest, False)
-    if exe in ("sh", "ash", "bash"):
-        shell = "/bin/bash" if exe == "bash" and exists("/bin/bash") else "/bin/sh"
-        return HostCommand([shell], rest, False)
+    provided = _provided(image, exe, python=python, bin_dir=bin_dir, exists=exists)
+    if provided is not None:
+        return HostCommand(provided, rest, False)
     if argv[0].startswith("/") and not exists(argv[0]):
         return HostCommand([exe], rest, False)  # not on this host: look it up on PATH
     return HostCommand([argv[0]], rest, False)
+
+
+def _provided(
+    image: Image, exe: str, *, python: str, bin_dir: str, exists: Callable[[str], bool]
+) -> list[str] | None:
+    """The host executable of a tool the image provides (interpreters, shells, the job tools), or None."""
+    if exe in WORKSPACE_TOOLS and image.ref.startswith((f"{WORKSPACE_REPO}@", f"{WORKSPACE_REPO}:")):
+        return [posixpath.join(bin_dir, exe)]
+    if exe == "python" or (exe.startswith("python") and exe[6:].replace(".", "").isdigit()):
+        return [python]
+    if exe == "pip" or exe.startswith("pip3"):
+        return [python, "-m", "pip"]
+    if exe in ("sh", "ash", "bash"):
+        return ["/bin/bash" if exe == "bash" and exists("/bin/bash") else "/bin/sh"]
+    return None
 
 
 def _drop_tini(argv: list[str]) -> list[str]:
