@@ -1,7 +1,8 @@
 """Audit records: one per workspace transition, as a JSON log line and a Kubernetes Event.
 
-Building the record and the Event is pure (:func:`build_audit_event`); the spawner and the reclaimer
-send the Event through the k8s gateway and log the record with :func:`log_audit`.
+Building the record and the Event is pure (:func:`build_audit_event`); the spawner sends the Event
+through the k8s gateway and logs the record with :func:`log_audit`; the services do both with
+:func:`gpuworkspace_spawner.services.auditing.record_audit`.
 The log line goes to the ``gpuworkspace.audit`` logger as one JSON object, so a log pipeline can
 index it without parsing prose.
 """
@@ -119,7 +120,8 @@ class AuditRecord:
 
 
 def build_audit_event(record: AuditRecord, *, now: datetime, instance: str) -> dict[str, Any]:
-    """A core/v1 Event on the record's object (``kubectl describe pvc`` shows it)."""
+    """A core/v1 Event on the record's object (``kubectl describe pvc`` shows it); its message names the
+    actor when one asked (``… (by alice)``)."""
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     involved = {"apiVersion": "v1", "kind": record.kind, "name": record.name, "namespace": record.namespace}
     if record.uid:
@@ -130,7 +132,7 @@ def build_audit_event(record: AuditRecord, *, now: datetime, instance: str) -> d
         "metadata": {"generateName": f"{record.name}.", "namespace": record.namespace},
         "involvedObject": involved,
         "reason": _REASONS[record.action],
-        "message": record.message[:1024],
+        "message": (f"{record.message} (by {record.actor})" if record.actor else record.message)[:1024],
         "type": "Warning" if record.action in _WARNINGS else "Normal",
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,

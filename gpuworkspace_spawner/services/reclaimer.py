@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..audit import AuditRecord, build_audit_event, log_audit
+from ..audit import AuditRecord
 from ..k8s import Conflict, KubernetesError, NotFound, custom, gateway
 from ..k8s.custom import DATA_VOLUMES
 from ..lifecycle.retention import decide_reclaim, pods_using_claim
@@ -31,6 +30,7 @@ from ..manifests.names import (
     LABEL_DISK,
     LABEL_DISK_STATE,
 )
+from .auditing import record_audit
 from .reclaimstats import ReclaimStats, make_metrics_app
 
 log = logging.getLogger("gpuworkspace.reclaimer")
@@ -144,13 +144,7 @@ async def _delete(
         message=f"{'Root' if kind == 'DataVolume' else 'Home'} disk deleted: {reason}",
         uid=meta["uid"],
     )
-    now = datetime.now(UTC)
-    log_audit(record, now=now)
-    try:
-        event = build_audit_event(record, now=now, instance=socket.gethostname())
-        await gateway.create_event(api, namespace, event, request_timeout=request_timeout)
-    except KubernetesError as exc:
-        log.warning("Could not record the reclaim event for %s: %s", meta["name"], exc)
+    await record_audit(api, record, request_timeout=request_timeout)
     return Outcome(meta["name"], "deleted", reason, until)
 
 

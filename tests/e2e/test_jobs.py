@@ -1,15 +1,16 @@
 """The jobs API (gpuworkspace-jobs) end to end: real hub tokens, a real workspace, Kueue on the devcluster.
 
-alice's workspace holds a script; she submits it twice on the 1-GPU job profile with her own API token.
-The first is admitted and runs (it sleeps, holding the queue's only GPU); the second stays queued and
-its state carries Kueue's reason. bob can neither see nor cancel alice's jobs (403, nothing written); a
-job profile outside alice's groups is refused exactly like an unknown one, with nothing written. When
-alice cancels the first job, the second is admitted and runs to completion on its copy of her home disk
-(the script's output is in its log).
-
-What waits for the devcluster's mount work (pods seeing their volumes at their mountPaths): papermill
-reading the notebook by its path and writing the executed notebook to the team directory; here the
-script is found because the kubelet maps the working directory through the pod's mounts.
+- A script job: alice's workspace holds a script; she submits it twice on the 1-GPU job profile with her
+  own API token. The first is admitted and runs (it sleeps, holding the queue's only GPU); the second
+  stays queued and its state carries Kueue's reason. bob can neither see nor cancel alice's jobs (403,
+  nothing written); a job profile outside alice's groups is refused exactly like an unknown one, with
+  nothing written. When alice cancels the first job, the second is admitted and runs to completion on
+  its copy of her home disk (the script's output is in its log).
+- A notebook job: alice's notebook runs with papermill (for real: the image contract's job image) with
+  her parameters; her workspace is stopped while it runs and the job goes on; the executed notebook,
+  the parameters' effect in its outputs, appears in her workspace's team directory.
+- The queue: a second job waits while the first holds the GPU and runs when the first finishes; an
+  urgent job (a higher Kueue priority) preempts it, its state says so, and it runs again afterwards.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 
 from .harness import REPO, HubStack, Proc, free_port, http, wait_for
 from .test_disk_admin import call, user_token
-from .test_workspace_lifecycle import NS, get_json, kubectl, start, write_file
+from .test_workspace_lifecycle import NS, contents, get_json, kubectl, start, write_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PREFIX = "/services/gpuworkspace-jobs/"
@@ -50,7 +51,8 @@ def jobs(stack: HubStack) -> Iterator[str]:
     e2e starts its service, with the hub's admin token as its own for reading users' groups)."""
     if stack.hub.spawner != "gpuworkspace":
         pytest.skip("the jobs service snapshots this project's workspace disks")
-    kubectl(stack, "apply", "-f", str(Path(__file__).parent / "kueue-objects.yaml"))
+    for objects in ("kueue-objects.yaml", "team-claim.yaml"):
+        kubectl(stack, "apply", "-f", str(Path(__file__).parent / objects))
     port = free_port()
     env = {
         **os.environ,
@@ -94,11 +96,17 @@ def _state(
     return seen
 
 
-def test_a_job_through_the_api_queues_runs_and_stays_private(stack: HubStack, jobs: str) -> None:
+@pytest.fixture(scope="module")
+def script(stack: HubStack, jobs: str) -> str:
+    """alice's workspace with her script in it; the script's path."""
     start(stack, "alice", SERVER, {"profile": "cpu-small"})
     write_file(stack, "alice", SERVER, "train.py", SCRIPT)
+    return "train.py"
+
+
+def test_a_job_through_the_api_queues_runs_and_stays_private(stack: HubStack, jobs: str, script: str) -> None:
     alice, bob = user_token(stack, "alice"), user_token(stack, "bob")
-    body = {"profile": "e2e-job-1gpu", "script": "train.py", "server": SERVER}
+    body = {"profile": "e2e-job-1gpu", "script": script, "server": SERVER}
 
     status, first = call(jobs, alice, "POST", "/jobs", {**body, "parameters": {"seconds": 600, "tag": "a"}})
     assert status == 201, first
@@ -135,3 +143,96 @@ def test_a_job_through_the_api_queues_runs_and_stays_private(stack: HubStack, jo
     status, log = call(jobs, alice, "GET", f"/jobs/{second['name']}/logs")
     assert status == 200 and "done b" in log, log
     wait_for(lambda: first["name"] not in _objects(stack)["jobs"], 30, "the cancelled Job gone")
+
+
+def _cell(source: str, *tags: str) -> dict[str, Any]:
+    meta = {"tags": list(tags)} if tags else {}
+    return {"cell_type": "code", "execution_count": None, "metadata": meta, "outputs": [], "source": source}
+
+
+# papermill injects the submitted parameters after the cell tagged `parameters`
+NOTEBOOK = {
+    "nbformat": 4,
+    "nbformat_minor": 5,
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "cells": [
+        _cell('epochs = 1\nseconds = 0\nwho = "nobody"', "parameters"),
+        _cell("import time\ntime.sleep(seconds)"),
+        _cell('print(f"{who} trained {epochs * 10} steps")'),
+    ],
+}
+
+
+def _outputs(notebook: dict[str, Any]) -> str:
+    return "".join(
+        "".join(out.get("text", "")) for cell in notebook["cells"] for out in cell.get("outputs") or []
+    )
+
+
+def test_a_notebook_job_runs_papermill_outlives_the_workspace_and_its_result_appears_in_it(
+    stack: HubStack, jobs: str
+) -> None:
+    start(stack, "alice", "nb", {"profile": "e2e-team"})
+    write_file(stack, "alice", "nb", "analysis.ipynb", json.dumps(NOTEBOOK))
+    alice = user_token(stack, "alice")
+    body = {
+        "profile": "e2e-job-notebook",
+        "notebook": "analysis.ipynb",
+        "server": "nb",
+        "parameters": {"epochs": 3, "seconds": 15, "who": "alice's run"},
+    }
+    status, job = call(jobs, alice, "POST", "/jobs", body)
+    assert status == 201, job
+    name = job["name"]
+    assert job["output"] == f"/home/jovyan/team/jobs/alice/{name}/", job
+    _state(jobs, alice, name, "running", reason="running")  # its pod is Ready: papermill started
+
+    stack.hub.stop_server("alice", "nb")  # the workspace goes (as the culler stops it); the job does not
+    selector = "gpuworkspace.dev/user=alice,gpuworkspace.dev/server=nb"
+    pods = get_json(stack, "pods", "-l", selector)["items"]
+    assert [p["metadata"]["labels"].get("gpuworkspace.dev/job") for p in pods] == [name], pods
+    assert pods[0]["status"]["phase"] == "Running", pods[0]["status"]
+    status, view = call(jobs, alice, "GET", f"/jobs/{name}")
+    assert status == 200 and view["state"] == "running", view
+    _state(jobs, alice, name, "succeeded", timeout_s=120)
+    status, log = call(jobs, alice, "GET", f"/jobs/{name}/logs")
+    assert status == 200 and "alice's run trained 30 steps" in log, log  # papermill's --log-output
+
+    start(stack, "alice", "nb", {"profile": "e2e-team"})
+    status, model = contents(stack, "alice", "nb", f"team/jobs/alice/{name}/analysis.ipynb")
+    assert status == 200 and model["type"] == "notebook", model
+    executed = model["content"]
+    assert "alice's run trained 30 steps" in _outputs(executed)
+    injected = [c for c in executed["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+    assert len(injected) == 1 and 'who = "alice\'s run"' in "".join(injected[0]["source"]), injected
+    assert executed["metadata"]["papermill"]["parameters"] == body["parameters"]
+    stack.hub.stop_server("alice", "nb")
+
+
+def test_the_queue_runs_the_next_job_when_one_finishes_and_an_urgent_one_preempts(
+    stack: HubStack, jobs: str, script: str
+) -> None:
+    alice = user_token(stack, "alice")
+
+    def submit(profile: str, **parameters: Any) -> str:
+        body = {"profile": profile, "script": script, "server": SERVER, "parameters": parameters}
+        status, job = call(jobs, alice, "POST", "/jobs", body)
+        assert status == 201, job
+        return str(job["name"])
+
+    short = submit("e2e-job-1gpu", seconds=8, tag="short")
+    _state(jobs, alice, short, "running")
+    long = submit("e2e-job-1gpu", seconds=600, tag="long")
+    _state(jobs, alice, long, "queued", reason="insufficient unused quota for nvidia.com/gpu")
+    _state(jobs, alice, short, "succeeded", timeout_s=60)
+    _state(jobs, alice, long, "running", timeout_s=60)  # admitted once the first released the GPU
+
+    urgent = submit("e2e-job-urgent", seconds=0, tag="urgent")
+    preempted = _state(jobs, alice, long, "queued", reason="Preempted to accommodate a workload")
+    uid = get_json(stack, "job", urgent)["metadata"]["uid"]
+    assert preempted["reason"].startswith("put back in queue e2e-training: ") and uid in preempted["reason"]
+    _state(jobs, alice, urgent, "succeeded", timeout_s=60)
+    assert "done urgent" in call(jobs, alice, "GET", f"/jobs/{urgent}/logs")[1]
+    _state(jobs, alice, long, "running", timeout_s=60)  # re-queued, then admitted again
+    status, cancelled = call(jobs, alice, "DELETE", f"/jobs/{long}")
+    assert status == 200 and cancelled["was"] == "running", cancelled

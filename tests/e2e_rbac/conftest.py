@@ -35,6 +35,10 @@ SERVICE_SAS = {
     ("jhub", "gpuworkspace-jobs"): "GPUWS_JOBS_KUBECONFIG",
 }
 IDENTITIES = (HUB_SA, *SERVICE_SAS)
+# The identity of a workspace's pod (and a job's): no serviceAccountName, so its namespace's `default`.
+# It gets a token here only so that a test can call the API as it; its pods mount none.
+WORKSPACE_SA = ("gpu-workspaces", "default")
+KUEUE_OBJECTS = HERE / "kueue-objects.yaml"
 # Not applied: the devcluster serves no apps/v1 (the agent's DaemonSet and the services' Deployments
 # cannot be stored or run: the hub runs the services as local processes, each as its Deployment's
 # ServiceAccount). Services are applied; NetworkPolicies are stored but not enforced (not RBAC). Nor
@@ -101,11 +105,12 @@ def rbac_stack() -> Iterator[HubStack]:
         workdir, spawner="gpuworkspace", catalog=catalog_from_configmaps(workdir / "catalog"), extra_env=env
     )
     stack.devcluster = Devcluster(
-        workdir / "devcluster", stack.log_dir, rbac=True, service_accounts=IDENTITIES
+        workdir / "devcluster", stack.log_dir, rbac=True, service_accounts=(*IDENTITIES, WORKSPACE_SA)
     )
     try:
         stack.devcluster.start()
         apply_manifests(stack.kubeconfig)
+        kubectl(stack.kubeconfig, "apply", "-f", str(KUEUE_OBJECTS))
         hub_dir.mkdir()
         shutil.copy(stack.devcluster.service_account_kubeconfig(*HUB_SA), hub_dir / "kubeconfig")
         for sa in SERVICE_SAS:

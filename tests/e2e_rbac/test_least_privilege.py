@@ -1,19 +1,21 @@
 """Least privilege, proven per identity (issues 8 and 14): the hub, authenticated as the ServiceAccount
 ``jhub/hub``, and each service that talks to Kubernetes, as its own ServiceAccount
-(``jhub/gpuworkspace-disks``, ``-attribution``, ``-reclaimer``), against a devcluster that enforces RBAC
-with exactly the rules of ``helm-values/extra-manifests/`` and z2jh's hub Role (conftest.py), run every
-lifecycle path. Each rule counts only for the one ServiceAccount its Role is bound to.
+(``jhub/gpuworkspace-disks``, ``-attribution``, ``-reclaimer``, ``-jobs``), against a devcluster that
+enforces RBAC with exactly the rules of ``helm-values/extra-manifests/`` and z2jh's hub Role
+(conftest.py), run every lifecycle path. Each rule counts only for the one ServiceAccount its Role is bound to.
 
 - ``lifecycle_log`` drives the paths once (container start/stop/delete with the disk retained/re-adopt/
   reclaim, the fencing check's evidence path, VM start/stop/delete, the disk service's listing,
-  metrics, resize, snapshot and restore, its reclaim of a VM root disk, the attribution API) and keeps
-  the requests of the four identities.
+  metrics, resize, snapshot and restore, its reclaim of a VM root disk, the attribution API, a job
+  submitted, listed, run by Kueue, its log read and cancelled through the jobs API) and keeps the
+  requests of the five identities.
 - Every request of each identity was allowed, and every rule was used by at least one request of its
   identity (a rule nothing used is a rule the code does not need).
 - Every used rule alone allowed some request of its identity (no other rule of that identity did):
-  removing it denies that request, so the "every request was allowed" check of the same run fails. Removal re-runs for representative
-  rules (namespaced Role, ClusterRole, another API group) show the denial happens live: without the
-  rule, its path gets a 403 and does not complete.
+  removing it denies that request, so the "every request was allowed" check of the same run fails.
+  Removal re-runs for representative rules (namespaced Role, ClusterRole, another API group, the jobs
+  service's Jobs) show the denial happens live: without the rule, its path gets a 403 and does not
+  complete (a refused job submission leaves nothing behind).
 
 Rules and verbs the run does not use are strict xfails naming why (``NOT_USED``, ``GRANTS_NOT_USED``):
 z2jh's hub Role (unused: nothing runs in jhub), and what the devcluster cannot show (CDI's
@@ -34,6 +36,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import HubStack, http, wait_for
+from tests.e2e.test_disk_admin import call, user_token
+from tests.e2e.test_workspace_lifecycle import write_file
 
 from .conftest import kubectl
 from .rules import USERS, Rule, all_rules, grants, sole_uses, uses
@@ -194,10 +198,46 @@ def attribution_paths(stack: HubStack) -> None:
         assert service(stack, "GET", ATTRIBUTION + path)[0] == 200
 
 
+JOB_SCRIPT = "import time\nprint('job started', flush=True)\ntime.sleep(600)\n"
+JOB_OWNED = "gpuworkspace.dev/kind=job"  # the Job, its code claim and snapshot
+
+
+def job_objects(stack: HubStack) -> str:
+    return k(stack, "get", "jobs,pvc,volumesnapshots", "-l", JOB_OWNED, "-o", "name")
+
+
+_tokens: dict[str, str] = {}
+
+
+def bob(stack: HubStack, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """The jobs API with bob's own token (a job runs as the user who submits it; bob is in gpu-users,
+    the shipped job profiles' group)."""
+    token = _tokens.get(stack.url) or _tokens.setdefault(stack.url, user_token(stack, "bob"))
+    return call(stack.url + JOBS + "api/v1", token, method, path, body)
+
+
+def submit_job(stack: HubStack) -> tuple[int, Any]:
+    return bob(stack, "POST", "/jobs", {"profile": "train-1gpu", "script": "train.py", "server": "jobs"})
+
+
 def jobs_paths(stack: HubStack) -> None:
-    """The jobs service lists jobs as its own identity (its other paths: JOBS_NOT_DRIVEN)."""
-    status, body = service(stack, "GET", JOBS + "api/v1/jobs")
-    assert status == 200 and body == {"items": []}, body
+    """Every path of the jobs service, as its own identity: bob submits a script from his workspace's
+    home disk on the shipped 1-GPU job profile (snapshot, claim, Job, ownerReferences, audit), lists it,
+    gets it running (Kueue's Workload), reads its log (its pod's) and cancels it (claim, snapshot, Job)."""
+    start(stack, "bob", "jobs", "cpu-small")
+    write_file(stack, "bob", "jobs", "train.py", JOB_SCRIPT)
+    status, job = submit_job(stack)
+    assert status == 201, job
+    name = job["name"]
+    status, listed = bob(stack, "GET", "/jobs")
+    assert status == 200 and [j["name"] for j in listed["items"]] == [name], listed
+    running = lambda: (bob(stack, "GET", f"/jobs/{name}")[1] or {}).get("reason") == "running"  # noqa: E731
+    wait_for(running, 90, "the job running")
+    wait_for(lambda: "job started" in str(bob(stack, "GET", f"/jobs/{name}/logs")[1]), 30, "the job's log")
+    status, cancelled = bob(stack, "DELETE", f"/jobs/{name}")
+    assert status == 200 and cancelled["was"] == "running", cancelled
+    wait_for(lambda: not job_objects(stack), 30, "the job, its claim and its snapshot gone")
+    stack.hub.stop_server("bob", "jobs")
 
 
 @pytest.fixture(scope="module")
@@ -233,26 +273,7 @@ def test_every_request_of_each_identity_was_allowed(user: str, lifecycle_log: li
 
 # Rules no request of the run matches, each with why (findings for the lead: see the module docstring).
 DEVCLUSTER_CANNOT_SHOW = "the devcluster cannot show it is needed: "
-JOBS_NOT_DRIVEN = (
-    "the lifecycle run does not drive gpuworkspace-jobs yet (issue 17: its paths need Kueue objects in "
-    "this stack); tests/services/jobs/test_jobs_devcluster.py drives the same calls without RBAC"
-)
 NOT_USED: dict[str, str] = {
-    **{
-        f"63-gpuworkspace-jobs.yaml:Role/gpu-workspaces/gpuworkspace-jobs#{i}:{what}": JOBS_NOT_DRIVEN
-        for i, what in enumerate(  # the Role's rules in order
-            (
-                "",  # jobs: listed (jobs_paths); see GRANTS_NOT_USED
-                "pods",
-                "pods/log",
-                "persistentvolumeclaims",
-                "volumesnapshots",
-                "workloads",
-                "events",
-            )
-        )
-        if what
-    },
     "vm/clone-source-rbac.yaml:Role/vm-images/gpuworkspace-clone-source#0:datavolumes/source": (
         DEVCLUSTER_CANNOT_SHOW + "its CDI clones across namespaces without CDI's admission check "
         "(sim/cdi.py: the clone RBAC is not modelled), so nothing asks for datavolumes/source"
@@ -272,7 +293,6 @@ GRANTS_USED_BY_TIMING: dict[tuple[str, str, str], str] = {
 }
 # Verbs of used rules that no request of the run used, each with the path that needs it.
 GRANTS_NOT_USED: dict[tuple[str, str, str], str] = {
-    **{(verb, "batch", "jobs"): JOBS_NOT_DRIVEN for verb in ("get", "create", "delete")},
     ("get", "", "pods"): "KubeSpawner reads a pod only after a create answered 409 (a pod left over "
     "with the same name); the run never collides",
     ("update", "kubevirt.io", "virtualmachines"): "vmruntime._ensure_vm replaces a VM whose spec no "
@@ -368,9 +388,21 @@ def _start_new(stack: HubStack, claim: str) -> bool:
     return True
 
 
+def _submit(stack: HubStack, claim: str) -> bool:
+    """Submit bob's script (his stopped workspace's home disk keeps it) and cancel it; a submission
+    that fails leaves nothing behind (the undo deleted the snapshot and claim it had made)."""
+    status, job = submit_job(stack)
+    if status != 201:  # what it had made is deleted (a claim may still be finishing its deletion)
+        wait_for(lambda: not job_objects(stack), 15, "nothing left of a failed submission")
+        return False
+    assert bob(stack, "DELETE", f"/jobs/{job['name']}")[0] == 200
+    wait_for(lambda: not job_objects(stack), 30, "the cancelled job's objects gone")
+    return True
+
+
 # Representative rules: a namespaced Role's core rule (the hub's), a ClusterRole's rule and another API
-# group's rule (the disk service's); each with the smallest path that needs it and the request of that
-# identity that must then be denied.
+# group's rule (the disk service's), and the jobs service's Jobs (its submission undone when refused);
+# each with the smallest path that needs it and the request of that identity that must then be denied.
 REMOVALS = [
     pytest.param(
         "10-hub-rbac.yaml:Role/gpu-workspaces/gpuworkspace-hub#1:persistentvolumeclaims",
@@ -390,6 +422,13 @@ REMOVALS = [
         _snapshot,
         ("create", "volumesnapshots"),
         id="volumesnapshots-snapshot",
+    ),
+    pytest.param(
+        "63-gpuworkspace-jobs.yaml:Role/gpu-workspaces/gpuworkspace-jobs#0:jobs",
+        _submit,
+        # the snapshot and the claim are made first, then the Job is refused: both are undone
+        ("create", "jobs"),
+        id="jobs-submit",
     ),
 ]
 

@@ -14,6 +14,9 @@ home, env) and how the command maps to a host executable:
   (``docs/reference/image-contract.md``): base-notebook plus code-server and jupyter-vscode-proxy. It runs
   like the single-user images, with ``sim/standin-bin`` in front of ``PATH``: jupyter-vscode-proxy (installed
   here) finds its ``code-server``, the stand-in of ``sim/codeserver.py`` (code-server cannot be installed);
+  it also has ``papermill`` (the image contract's notebook-job tool: a JobProfile's notebook runs
+  ``papermill in.ipynb out.ipynb``), run from this interpreter's bin directory; the docker-stacks images
+  have no papermill, so a notebook job on one fails like a real one (``executable file not found``);
 - ``gpuworkspace.dev/lite-singleuser:*`` runs ``python -m ...sim.lite_server`` for ``jupyterhub-singleuser``:
   one small process answering like the single-user server, for scale tests (the kubelet serves these
   launches as listeners in one shared process per node, ``sim/lite_pool.py``);
@@ -48,6 +51,7 @@ NOTEBOOK_REPOS = (
 )
 LITE_REPO = "gpuworkspace.dev/lite-singleuser"
 WORKSPACE_REPO = "gpuworkspace.dev/workspace-notebook"  # declares code-server: the stand-in is on its PATH
+WORKSPACE_TOOLS = ("papermill",)  # what the image contract adds for notebook jobs (image-contract.md)
 STANDIN_BIN = posixpath.join(posixpath.dirname(__file__), "standin-bin")
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # podlaunch.DEFAULT_PATH
 LITE_MODULE = "gpuworkspace_spawner.devcluster.sim.lite_server"
@@ -210,16 +214,27 @@ def host_command(
             return HostCommand([python, "-m", LITE_MODULE], rest, True)
         name = exe if exe in ("jupyterhub-singleuser", "jupyter-server") else "jupyter-server"
         return HostCommand([posixpath.join(bin_dir, name)], rest, True)
-    if exe == "python" or (exe.startswith("python") and exe[6:].replace(".", "").isdigit()):
-        return HostCommand([python], rest, False)
-    if exe == "pip" or exe.startswith("pip3"):
-        return HostCommand([python, "-m", "pip"], rest, False)
-    if exe in ("sh", "ash", "bash"):
-        shell = "/bin/bash" if exe == "bash" and exists("/bin/bash") else "/bin/sh"
-        return HostCommand([shell], rest, False)
+    provided = _provided(image, exe, python=python, bin_dir=bin_dir, exists=exists)
+    if provided is not None:
+        return HostCommand(provided, rest, False)
     if argv[0].startswith("/") and not exists(argv[0]):
         return HostCommand([exe], rest, False)  # not on this host: look it up on PATH
     return HostCommand([argv[0]], rest, False)
+
+
+def _provided(
+    image: Image, exe: str, *, python: str, bin_dir: str, exists: Callable[[str], bool]
+) -> list[str] | None:
+    """The host executable of a tool the image provides (interpreters, shells, the job tools), or None."""
+    if exe in WORKSPACE_TOOLS and image.ref.startswith((f"{WORKSPACE_REPO}@", f"{WORKSPACE_REPO}:")):
+        return [posixpath.join(bin_dir, exe)]
+    if exe == "python" or (exe.startswith("python") and exe[6:].replace(".", "").isdigit()):
+        return [python]
+    if exe == "pip" or exe.startswith("pip3"):
+        return [python, "-m", "pip"]
+    if exe in ("sh", "ash", "bash"):
+        return ["/bin/bash" if exe == "bash" and exists("/bin/bash") else "/bin/sh"]
+    return None
 
 
 def _drop_tini(argv: list[str]) -> list[str]:

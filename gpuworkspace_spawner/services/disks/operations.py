@@ -10,12 +10,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ...audit import Action, AuditRecord, build_audit_event, log_audit
+from ...audit import Action, AuditRecord
 from ...catalog import CatalogSource
 from ...k8s import Conflict, KubernetesError, NotFound, gateway, storage
 from ...lifecycle.diskops import (
@@ -49,6 +48,7 @@ from ...manifests.names import (
     LABEL_USER,
     label_value,
 )
+from ..auditing import record_audit
 from ..serving import ServiceError
 from . import access, rootdisks
 from .metrics import VolumeStats
@@ -195,16 +195,8 @@ class DiskOperations:
         )
 
     async def audit(self, action: Action, claim: Obj, message: str, caller: Obj, **details: Any) -> None:
-        record, now = self._record(action, claim, message, caller, **details), datetime.now(UTC)
-        log_audit(record, now=now)
-        if not self.settings.events:
-            return
-        event = build_audit_event(record, now=now, instance=socket.gethostname())
-        event["message"] = f"{message} (by {record.actor})"[:1024]
-        try:
-            await gateway.create_event(self.api, self.settings.namespace, event, request_timeout=self._rt)
-        except KubernetesError as exc:
-            log.warning("Could not record audit event %s for %s: %s", action, record.name, exc)
+        record = self._record(action, claim, message, caller, **details)
+        await record_audit(self.api, record, events=self.settings.events, request_timeout=self._rt)
 
     async def _refuse(self, verdict: Verdict, claim: Obj, caller: Obj, operation: str) -> ServiceError:
         await self.audit("disk-operation-refused", claim, f"{operation} refused: {verdict.reason}", caller)

@@ -11,14 +11,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import socket
 import string
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from ...audit import Action, AuditRecord, build_audit_event, log_audit
+from ...audit import Action, AuditRecord
 from ...catalog import CatalogSource
 from ...catalog.model import WorkspaceProfile
 from ...jobs.manifests import (
@@ -44,6 +42,7 @@ from ...manifests.names import (
     WorkspaceIdentity,
     image_digest,
 )
+from ..auditing import record_audit
 from ..disks import access
 from ..serving import ServiceError
 
@@ -121,16 +120,7 @@ class JobOperations:
             details=details,
             actor=access.who(caller),
         )
-        now = datetime.now(UTC)
-        log_audit(record, now=now)
-        if not self.settings.events:
-            return
-        event = build_audit_event(record, now=now, instance=socket.gethostname())
-        event["message"] = f"{message} (by {record.actor})"[:1024]
-        try:
-            await gateway.create_event(self.api, self.settings.namespace, event, request_timeout=self._rt)
-        except KubernetesError as exc:
-            log.warning("Could not record audit event %s for %s: %s", action, record.name, exc)
+        await record_audit(self.api, record, events=self.settings.events, request_timeout=self._rt)
 
     # ------------------------------------------------------------------------ submit
     async def _home(self, identity: WorkspaceIdentity) -> Obj:
@@ -226,18 +216,9 @@ class JobOperations:
         )
         snap = await self._wait_ready(ctx.snapshot_name) or snap
         size = str((snap.get("status") or {}).get("restoreSize") or "1Gi")
-        claim = await gateway.create_pvc(self.api, ns, build_code_claim(ctx, size=size), request_timeout=rt)
-        meta = claim["metadata"]
-        undo.append(
-            lambda: gateway.delete_pvc(
-                self.api,
-                ns,
-                ctx.code_claim,
-                uid=meta["uid"],
-                resource_version=meta["resourceVersion"],
-                request_timeout=rt,
-            )
-        )
+        await gateway.create_pvc(self.api, ns, build_code_claim(ctx, size=size), request_timeout=rt)
+        # read again when undone: the volume binder updates a new claim at once (a new resourceVersion)
+        undo.append(lambda: self._delete_claim_of(ctx.submission.name, ctx.code_claim))
         job = await batch.create_job(self.api, ns, build_job(ctx), request_timeout=rt)
         undo.append(
             lambda: batch.delete_job(
@@ -339,26 +320,25 @@ class JobOperations:
     # ------------------------------------------------------------------------ cancel
     async def cancel(self, caller: Obj, name: str) -> Obj:
         job = await self.readable_job(caller, name)
-        ns, rt, meta = self.settings.namespace, self._rt, job["metadata"]
+        meta = job["metadata"]
         before = job_view(job, None)["state"]
+        # What the submission made for the job first, then the Job: its ownerReferences make the garbage
+        # collector the backstop, never the only way they go (nothing is left if it is slow or off).
+        await self._delete_made_for(name, meta.get("annotations") or {})
         with contextlib.suppress(NotFound):
-            await batch.delete_job(self.api, ns, name, uid=meta["uid"], request_timeout=rt)
-        annotations = meta.get("annotations") or {}
+            await batch.delete_job(
+                self.api, self.settings.namespace, name, uid=meta["uid"], request_timeout=self._rt
+            )
+        message = f"Job {name} cancelled (it was {before}); its pods, code claim and snapshot deleted"
+        await self.audit("job-cancelled", job, message, caller, state=before)
+        return {"name": name, "cancelled": True, "was": before, "message": message}
+
+    async def _delete_made_for(self, name: str, annotations: Obj) -> None:
+        """Delete job ``name``'s code claim and snapshot, if they are still the ones made for it."""
+        ns, rt = self.settings.namespace, self._rt
         claim = annotations.get("gpuworkspace.dev/code-claim")
         if claim:
-            # Conflict: the garbage collector (the claim's ownerReference to the Job) got there first
-            with contextlib.suppress(NotFound, Conflict):
-                current = await gateway.read_pvc(self.api, ns, claim, request_timeout=rt)
-                cmeta = current["metadata"]
-                if _of_job(cmeta, name):
-                    await gateway.delete_pvc(
-                        self.api,
-                        ns,
-                        claim,
-                        uid=cmeta["uid"],
-                        resource_version=cmeta["resourceVersion"],
-                        request_timeout=rt,
-                    )
+            await self._delete_claim_of(name, claim)
         snapshot = annotations.get("gpuworkspace.dev/code-snapshot")
         if snapshot:
             with contextlib.suppress(NotFound, Conflict):
@@ -367,6 +347,27 @@ class JobOperations:
                     await storage.delete_snapshot(
                         self.api, ns, snapshot, uid=current["metadata"]["uid"], request_timeout=rt
                     )
-        message = f"Job {name} cancelled (it was {before}); its pods, code claim and snapshot deleted"
-        await self.audit("job-cancelled", job, message, caller, state=before)
-        return {"name": name, "cancelled": True, "was": before, "message": message}
+
+    async def _delete_claim_of(self, name: str, claim: str) -> None:
+        """Delete ``claim`` if it is still the one made for job ``name``, under the resourceVersion just
+        read (a claim someone changed meanwhile is read again, at most three times)."""
+        ns, rt = self.settings.namespace, self._rt
+        for _ in range(3):
+            try:
+                meta = (await gateway.read_pvc(self.api, ns, claim, request_timeout=rt))["metadata"]
+                if not _of_job(meta, name):
+                    return
+                await gateway.delete_pvc(
+                    self.api,
+                    ns,
+                    claim,
+                    uid=meta["uid"],
+                    resource_version=meta["resourceVersion"],
+                    request_timeout=rt,
+                )
+                return
+            except NotFound:
+                return  # the garbage collector (its ownerReference to the Job) got there first
+            except Conflict:
+                continue
+        log.error("Job %s: its code claim %s kept changing; not deleted (delete it by hand)", name, claim)

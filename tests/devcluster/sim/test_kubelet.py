@@ -164,6 +164,15 @@ def test_image_table() -> None:
     argv = images.container_argv(nb, [], ["jupyterhub-singleuser", "--ip=0.0.0.0"])
     cmd = images.host_command(nb, argv, {}, python="/py", bin_dir="/venv/bin", exists=lambda p: True)
     assert cmd.server and cmd.exe == ["/venv/bin/jupyterhub-singleuser"] and cmd.args == ["--ip=0.0.0.0"]
+    # papermill: the image contract's job image has it (this interpreter's); docker-stacks' has not
+    workspace = images.lookup("gpuworkspace.dev/workspace-notebook@sha256:" + "0" * 64)
+    assert workspace is not None
+    paper = ["papermill", "a.ipynb", "/outputs/a.ipynb"]
+    ran = images.host_command(workspace, paper, {}, python="/py", bin_dir="/venv/bin", exists=lambda p: True)
+    assert ran.argv == ["/venv/bin/papermill", "a.ipynb", "/outputs/a.ipynb"] and not ran.server
+    assert images.host_command(
+        nb, paper, {}, python="/py", bin_dir="/venv/bin", exists=lambda p: True
+    ).exe == ["papermill"]  # looked up on the image's PATH: not there
     args = images.server_args(cmd.args, "127.17.0.2", lambda p: "/host" + p, "/host/home", as_root=True)
     assert args == ["--ServerApp.root_dir=/host/home", "--allow-root", "--ip=127.17.0.2"]
     assert (

@@ -6,7 +6,8 @@ pod, and the script runs for real on the restored copy (the kubelet maps the wor
 pod's mounts), writing a file there. With the quota used up a second job stays queued and its state
 carries Kueue's message; cancelling the first deletes its Job, pods, claim and snapshot, and the
 second is admitted and completes. Refusals (another user's job, a profile outside the user's groups, a
-path out of the home directory) write nothing. Every submission is audited.
+path out of the home directory) write nothing; a submission that fails half-way (even before its Job
+exists, so the garbage collector cannot help) deletes what it made. Every submission is audited.
 
 Starts a devcluster: run under ``flock /tmp/gpuws-devcluster.lock`` (one devcluster per machine).
 """
@@ -29,6 +30,7 @@ from gpuworkspace_spawner.catalog import CatalogSource
 from gpuworkspace_spawner.devcluster.cluster import DevCluster
 from gpuworkspace_spawner.devcluster.resources import find
 from gpuworkspace_spawner.devcluster.sim.csi import claim_volume_dir
+from gpuworkspace_spawner.k8s import Forbidden, batch
 from gpuworkspace_spawner.services.jobs.operations import JobOperations, Settings
 from gpuworkspace_spawner.services.serving import ServiceError
 
@@ -336,4 +338,23 @@ async def test_a_failed_submission_leaves_nothing(stack: Stack) -> None:
         await stack.ops.submit(ALICE, _submit())
     await until(
         lambda: {rt.plural: stack.names(rt) for rt in (JOBS, PVCS, VSS)} == before, "everything undone"
+    )
+
+
+async def test_a_submission_whose_job_is_refused_deletes_its_claim_and_snapshot(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before the Job exists, nothing is owned by a Job: the undo itself deletes the claim (the
+    volume binder has updated it since it was created) and the snapshot, not the garbage collector."""
+    before = {rt.plural: stack.names(rt) for rt in (JOBS, PVCS, VSS)}
+
+    async def refused(*_: Any, **__: Any) -> dict[str, Any]:
+        await asyncio.sleep(0.5)  # the binder binds the new claim meanwhile
+        raise Forbidden(403, 'jobs.batch is forbidden: cannot create resource "jobs"')
+
+    monkeypatch.setattr(batch, "create_job", refused)
+    with pytest.raises(Forbidden):
+        await stack.ops.submit(ALICE, _submit())
+    await until(
+        lambda: {rt.plural: stack.names(rt) for rt in (JOBS, PVCS, VSS)} == before, "claim and snapshot gone"
     )
