@@ -78,6 +78,28 @@ def conflict(resource: str, name: str, group: str = "") -> ApiError:
     )
 
 
+def precondition_failed(
+    kind: str, name: str, field: str, wanted: str, found: str, group: str = ""
+) -> ApiError:
+    """409 for a delete whose ``uid`` or ``resourceVersion`` precondition does not hold.
+
+    Worded as ``rest.BeforeDelete`` (k8s.io/apiserver ``pkg/registry/rest/delete.go``) words it: the
+    conflict is raised on the object's *kind* (``ConfigMap``, ``VirtualMachine.kubevirt.io``).
+    """
+    label, why = {
+        "uid": ("UID", "deleted and then recreated"),
+        "resourceVersion": ("ResourceVersion", "modified"),
+    }[field]
+    qualified = f"{kind}.{group}" if group else kind
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified} "{name}": the {label} in the precondition ({wanted}) '
+        f"does not match the {label} in record ({found}). The object might have been {why}",
+        details={"name": name, "group": group, "kind": kind},
+    )
+
+
 def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "") -> ApiError:
     """422 Invalid; each cause is ``{"reason": "FieldValueInvalid", "message": ..., "field": ...}``."""
     parts = [f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes]

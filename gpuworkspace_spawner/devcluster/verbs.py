@@ -416,10 +416,11 @@ class Verbs:
         """Returns (object, finished): ``finished`` is False while finalizers or a grace period hold it."""
         obj = self.get(rt, namespace, name)
         pre = options.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != obj["metadata"]["uid"]:
-            raise errors.conflict(rt.plural, name, rt.group)
-        if pre.get("resourceVersion") and pre["resourceVersion"] != obj["metadata"]["resourceVersion"]:
-            raise errors.conflict(rt.plural, name, rt.group)
+        for field in ("uid", "resourceVersion"):  # rest.BeforeDelete checks them in this order
+            if pre.get(field) and pre[field] != obj["metadata"][field]:
+                raise errors.precondition_failed(
+                    rt.kind, name, field, pre[field], obj["metadata"][field], rt.group
+                )
         policy = _propagation_policy(options)
         new = clone(obj)
         meta = new["metadata"]

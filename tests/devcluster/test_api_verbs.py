@@ -217,6 +217,43 @@ async def test_finalizers_hold_deletion(api: client.ApiClient, cluster: DevClust
     assert err.value.status == 404
 
 
+async def test_delete_preconditions_say_which_one_failed(api: client.ApiClient) -> None:
+    """A delete whose uid or resourceVersion precondition no longer holds is a 409 naming both values.
+
+    As ``rest.BeforeDelete`` (k8s.io/apiserver ``pkg/registry/rest/delete.go``) words it, with the
+    kind as the resource; the object stays. The spawner deletes VMs and DataVolumes this way.
+    """
+    await make_ns(api)
+    core = client.CoreV1Api(api)
+    made = await core.create_namespaced_config_map(NS, {"metadata": {"name": "c"}})
+    uid, version = made.metadata.uid, made.metadata.resource_version
+    wrong = {"uid": "00000000-0000-0000-0000-000000000000"}
+    with pytest.raises(ApiException) as err:
+        await core.delete_namespaced_config_map("c", NS, body={"preconditions": wrong})
+    assert err.value.status == 409
+    assert status_of(err.value)["message"] == (
+        'Operation cannot be fulfilled on ConfigMap "c": the UID in the precondition '
+        f"(00000000-0000-0000-0000-000000000000) does not match the UID in record ({uid}). "
+        "The object might have been deleted and then recreated"
+    )
+    await core.patch_namespaced_config_map("c", NS, {"metadata": {"labels": {"changed": "yes"}}})
+    with pytest.raises(ApiException) as err:
+        await core.delete_namespaced_config_map(
+            "c", NS, body={"preconditions": {"uid": uid, "resourceVersion": version}}
+        )
+    current = await core.read_namespaced_config_map("c", NS)
+    assert status_of(err.value)["message"] == (
+        f'Operation cannot be fulfilled on ConfigMap "c": the ResourceVersion in the precondition ({version}) '
+        f"does not match the ResourceVersion in record ({current.metadata.resource_version}). "
+        "The object might have been modified"
+    )
+    fresh = {"uid": uid, "resourceVersion": current.metadata.resource_version}
+    await core.delete_namespaced_config_map("c", NS, body={"preconditions": fresh})
+    with pytest.raises(ApiException) as err:
+        await core.read_namespaced_config_map("c", NS)
+    assert err.value.status == 404
+
+
 async def _owned_pair(core: client.CoreV1Api) -> None:
     owner = await core.create_namespaced_config_map(NS, {"metadata": {"name": "owner"}})
     ref = {
