@@ -522,6 +522,13 @@ def _register_culler_service() -> None:
     attribution = _service_url("gpuworkspace-attribution")
     if attribution:  # GPU utilisation and idle-allocated GPU time come from the attribution service
         command += ["--attribution-url", f"{attribution}/services/gpuworkspace-attribution/"]
+    if any(s.get("name") == "gpuworkspace-jobs" for s in c.JupyterHub.services):
+        jobs = f"{str(c.JupyterHub.base_url or '/').rstrip('/')}/services/gpuworkspace-jobs/"
+        command += [  # warnings say where long runs go instead
+            "--job-handoff",
+            f"To keep a long run going, submit it as a job ({jobs}api/v1/jobs, docs: run your notebook as "
+            "a job): it queues for the cluster's GPUs and keeps running after this workspace stops.",
+        ]
     if os.environ.get("GPUWS_CULLER_CONFIG"):
         command += ["--config", os.environ["GPUWS_CULLER_CONFIG"]]
     command += shlex.split(os.environ.get("GPUWS_CULLER_ARGS", ""))

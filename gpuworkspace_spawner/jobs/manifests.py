@@ -27,6 +27,9 @@ from ..manifests.names import (
     ANN_IMAGE,
     ANN_IMAGE_DIGEST,
     ANN_PROFILE,
+    KIND_JOB,
+    LABEL_JOB,
+    LABEL_KIND,
     LABEL_NETWORK_PROFILE,
     LABEL_PROFILE,
     WorkspaceIdentity,
@@ -36,11 +39,6 @@ from ..manifests.names import (
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-LABEL_KIND = (
-    "gpuworkspace.dev/kind"  # "job" on everything a job owns: attribution and the culler tell it apart
-)
-LABEL_JOB = "gpuworkspace.dev/job"  # the Job's name, on its snapshot and code claim
-KIND_JOB = "job"
 ANN_NOTEBOOK = "gpuworkspace.dev/notebook"
 ANN_SCRIPT = "gpuworkspace.dev/script"
 ANN_SUBMITTED_BY = "gpuworkspace.dev/submitted-by"

@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..manifests.names import LABEL_JOB
 from .manifests import (
     ANN_NOTEBOOK,
     ANN_OUTPUT,
     ANN_SCRIPT,
     ANN_SUBMITTED_BY,
-    LABEL_JOB,
     PRIORITY_LABEL,
     QUEUE_LABEL,
 )

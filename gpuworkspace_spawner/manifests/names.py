@@ -30,6 +30,9 @@ LABEL_RUNTIME = _PREFIX + "runtime"
 LABEL_NETWORK_PROFILE = _PREFIX + "network-profile"
 LABEL_DISK = _PREFIX + "disk"
 LABEL_DISK_STATE = _PREFIX + "disk-state"
+LABEL_KIND = _PREFIX + "kind"  # "job" on everything a job owns: attribution and the culler tell it apart
+LABEL_JOB = _PREFIX + "job"  # the Job's name, on its pods, snapshot and code claim
+KIND_JOB = "job"
 LABEL_VM = _PREFIX + "vm"  # on a VM's template: the virt-launcher pod's label its Service selects
 
 DISK_HOME = "home"

@@ -85,13 +85,15 @@ class Snapshot:
     groups_of_user: Mapping[str, tuple[str, ...]]
     nodes_body: bytes  # GET api/v1/nodes
     nodes_anonymous_body: bytes  # the same without owners (show_owners_to_all off, non-admins)
-    workspaces_body: bytes  # every workspace (admins)
+    workspaces_body: bytes  # every workspace (admins); the pods of jobs are listed apart
     workspaces_by_user: Mapping[str, bytes]  # user -> their workspaces' list body
-    detail: Mapping[tuple[str, str], bytes]  # (user, server) -> detail body
+    detail: Mapping[tuple[str, str], bytes]  # (user, server) -> detail body (workspaces only)
     figures_by_user: Mapping[str, tuple[WorkspaceFigures, ...]]
     groups: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # group -> group_json
     accounts: tuple[Account, ...] = ()
     accounting: Mapping[str, AccountEntry] = field(default_factory=dict)
+    jobs_body: bytes = b""  # GET api/v1/jobs: every job pod (admins); empty: none rendered
+    jobs_by_user: Mapping[str, bytes] = field(default_factory=dict)  # user -> their job pods' list body
     _rankings: dict[str, list[tuple[WorkspaceFigures, float]]] = field(default_factory=dict, repr=False)
 
     def top(self, by: str, users: frozenset[str] | None, limit: int) -> list[tuple[WorkspaceFigures, float]]:
@@ -324,6 +326,8 @@ def _render(
     rows: list[bytes] = []
     rows_by_user: dict[str, list[bytes]] = {}
     detail: dict[tuple[str, str], bytes] = {}
+    job_rows: list[bytes] = []
+    job_rows_by_user: dict[str, list[bytes]] = {}
     at = _dumps(now)
     # serialised one workspace at a time: every row is encoded once (for the full list and its user's
     # list), and no cycle holds 2,000 workspaces' dicts at once
@@ -331,6 +335,10 @@ def _render(
         user = f.workspace.user
         by_user.setdefault(user, []).append(f)
         row = _dumps(row_json)
+        if f.workspace.is_job:  # a job's pod: its user's, but not the workspace of that (user, server)
+            job_rows.append(row)
+            job_rows_by_user.setdefault(user, []).append(row)
+            continue
         rows.append(row)
         rows_by_user.setdefault(user, []).append(row)
         detail_json["at"] = now
@@ -350,6 +358,8 @@ def _render(
         groups={g: views.group_json(t) for g, t in group_totals(result.workspaces, groups_of_user).items()},
         accounts=accounts,
         accounting=accounting,
+        jobs_body=_joined_list(job_rows, at),
+        jobs_by_user={u: _joined_list(user_rows, at) for u, user_rows in job_rows_by_user.items()},
     )
 
 

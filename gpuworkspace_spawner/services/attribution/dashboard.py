@@ -60,7 +60,10 @@ def _svg(svg: str) -> Markup:
     return Markup(svg.replace("<svg ", '<svg class="chart" ', 1))  # charts.py escapes every text it draws
 
 
-def owner_label(user: str, server: str) -> str:
+def owner_label(user: str, server: str, job: str = "") -> str:
+    """How a holder is named: ``alice``, ``alice/train`` (a named server), ``alice: job train-x7k2q``."""
+    if job:
+        return f"{user}: job {job}"
     return f"{user}/{server}" if server else user
 
 
@@ -91,7 +94,7 @@ class CellView:
 
 def _cell_view(cell: GpuCell, show_owners: bool) -> CellView:
     basis, caveat = cell_basis(cell)
-    owners = tuple((owner_label(s.user, s.server), str(s.basis), s.caveat) for s in cell.owners)
+    owners = tuple((owner_label(s.user, s.server, s.job), str(s.basis), s.caveat) for s in cell.owners)
     if not show_owners:
         owners = tuple(("(in use)", b, c) for _, b, c in owners)
     return CellView(cell, util_color(cell.util_percent), str(basis), caveat, owners)
@@ -115,7 +118,7 @@ def context(
         cells_by_node.setdefault(c.node, []).append(_cell_view(c, show_owners_to_all or admin))
     mine = list(snap.attribution.workspaces) if admin else list(snap.figures_by_user.get(me, ()))
     ranked = snap.top("gpu", access.visible_users(caller, snap.groups_of_user), TOP_N)
-    bars = [(owner_label(f.workspace.user, f.workspace.server), v) for f, v in ranked]
+    bars = [(owner_label(f.workspace.user, f.workspace.server, f.workspace.job), v) for f, v in ranked]
     since = snap.at - CHART_WINDOW_S
     charts = [
         line_chart(history.window("cluster:gpu_util", since), title="Cluster GPU utilisation (%)", y_max=100),
@@ -139,7 +142,8 @@ def context(
         "admin": admin,
         "at": snap.at,
         "nodes": [(n, cells_by_node.get(n.name, [])) for n in snap.attribution.nodes],
-        "workspaces": mine,
+        "workspaces": [f for f in mine if not f.workspace.is_job],
+        "jobs": [f for f in mine if f.workspace.is_job],
         "top": ranked,
         "top_chart": _svg(bar_chart(bars, title="Top consumers: GPUs held", unit=" GPUs")),
         "charts": [_svg(svg) for svg in charts],

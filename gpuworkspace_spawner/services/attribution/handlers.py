@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuth
@@ -98,21 +99,38 @@ class NodesHandler(ApiHandler):
 
 
 class WorkspacesHandler(ApiHandler):
+    """``GET api/v1/workspaces[?user=]``: running workspaces (the caller's own, or everyone's for admins)."""
+
+    what = "workspaces"
+
+    def bodies(self, snap: Snapshot) -> tuple[bytes, Mapping[str, bytes]]:
+        return snap.workspaces_body, snap.workspaces_by_user
+
     def get(self) -> None:
         snap = self.snapshot()
+        every, by_user = self.bodies(snap)
         user = self.get_argument("user", None)
         if user is not None and not user:
             raise ServiceError(400, "user: empty; give a hub user name, or leave the parameter out")
         if user is None and reads_every_server(self.caller):
-            self.reply(snap.workspaces_body)
+            self.reply(every or snap.empty_list())
             return
         user = user if user is not None else self.me()
         if user is None:
             self.reply(snap.empty_list())
             return
         if not self.may_read_user(user):
-            raise ServiceError(403, f"{who(self.caller)} may not see the workspaces of {user}")
-        self.reply(snap.workspaces_by_user.get(user) or snap.empty_list())
+            raise ServiceError(403, f"{who(self.caller)} may not see the {self.what} of {user}")
+        self.reply(by_user.get(user) or snap.empty_list())
+
+
+class JobsHandler(WorkspacesHandler):
+    """``GET api/v1/jobs[?user=]``: the running pods of submitted jobs (kind ``job``), apart from workspaces."""
+
+    what = "jobs"
+
+    def bodies(self, snap: Snapshot) -> tuple[bytes, Mapping[str, bytes]]:
+        return snap.jobs_body, snap.jobs_by_user
 
 
 class WorkspaceHandler(ApiHandler):

@@ -1,7 +1,9 @@
 """The service's own ``/metrics``: per-workspace gauges, allocation-vs-use counters, the collector's health.
 
 Label sets are bounded by the running workspaces (``user``, ``server``, ``profile``, ``gpu_mode``,
-``node``); a workspace's series go away with it (its counters an hour later, with its accounting).
+``node``, ``kind``); a workspace's series go away with it (its counters an hour later, with its accounting).
+``kind`` is ``workspace``, or ``job`` for the pods of a job the user submitted (``profile`` is then the job
+profile): a job's GPU use is its user's, never their workspace's.
 The counters are what cost reports need: GPU-seconds allocated, GPU-seconds actually used (allocated x
 utilisation, only where utilisation is known) and GPU-seconds allocated while idle.
 """
@@ -20,8 +22,8 @@ if TYPE_CHECKING:
     from .collector import CycleStats, Snapshot
 
 MIB = 1024 * 1024
-WORKSPACE_LABELS = ["user", "server", "profile", "gpu_mode", "node"]
-ACCOUNT_LABELS = ["user", "server", "profile", "gpu_mode"]
+WORKSPACE_LABELS = ["user", "server", "profile", "gpu_mode", "node", "kind"]
+ACCOUNT_LABELS = ["user", "server", "profile", "gpu_mode", "kind"]
 
 _GAUGES: tuple[tuple[str, str, Callable[[WorkspaceFigures], float | None]], ...] = (
     (
@@ -68,7 +70,7 @@ _NOT_ADDITIVE = {"gpuworkspace_workspace_gpu_utilization_percent", "gpuworkspace
 
 def _labels(f: WorkspaceFigures) -> list[str]:
     w = f.workspace
-    return [w.user, w.server, w.profile, w.gpu_mode, w.node or ""]
+    return [w.user, w.server, w.profile, w.gpu_mode, w.node or "", w.kind]
 
 
 class AttributionMetrics(Collector):
@@ -86,8 +88,10 @@ class AttributionMetrics(Collector):
         # Counters per label set only ever grow: each workspace adds what its entry grew by since the
         # last scrape, so a workspace that ends (or a replacement pod) never makes a sum go backwards.
         self._seen: dict[str, tuple[float, float, float]] = {}  # workspace → its entry's last values
-        self._labels: dict[str, tuple[str, str, str, str]] = {}  # workspace → label set
-        self._totals: dict[tuple[str, str, str, str], list[float]] = {}  # label set → 3 totals + last growth
+        self._labels: dict[str, tuple[str, str, str, str, str]] = {}  # workspace → label set
+        self._totals: dict[
+            tuple[str, str, str, str, str], list[float]
+        ] = {}  # label set → 3 totals + last growth
 
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot()
@@ -118,7 +122,7 @@ class AttributionMetrics(Collector):
         now = snap.at
         for f in snap.attribution.workspaces:
             w = f.workspace
-            self._labels[w.key] = (w.user, w.server, w.profile, w.gpu_mode)
+            self._labels[w.key] = (w.user, w.server, w.profile, w.gpu_mode, w.kind)
         for key, entry in snap.accounting.items():
             labels = self._labels.get(key)
             if labels is None:

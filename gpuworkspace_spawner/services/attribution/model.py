@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ...manifests.names import KIND_JOB
+
 
 class Basis(StrEnum):
     """How a GPU figure was obtained."""
@@ -68,6 +70,12 @@ class WorkspacePod:
     gpu_resources: Mapping[str, int] = field(default_factory=dict)  # extended resource → count (limits)
     started_at: float | None = None  # epoch seconds
     cull_exempt: bool = False  # annotated gpuworkspace.dev/cull-exempt: "true" (read by the idle culler)
+    kind: str = "workspace"  # "job": a pod of a job the user submitted (labelled gpuworkspace.dev/kind=job)
+    job: str = ""  # the job's name (kind "job")
+
+    @property
+    def is_job(self) -> bool:
+        return self.kind == KIND_JOB
 
     @property
     def key(self) -> str:
@@ -151,6 +159,7 @@ class GpuShare:
     mem_used_mib: float | None
     power_w: float | None  # PER_PROCESS: split by utilisation; MEASURED: the device's; SHARED: None
     caveat: str = ""  # shown next to the figure, e.g. "device value, shared by 3 workspaces"
+    job: str = ""  # the holder is a pod of this job (kind "job"), not a workspace
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,11 @@ from ...manifests.names import (
     ANN_PROFILE,
     ANN_SERVERNAME,
     ANN_USERNAME,
+    KIND_JOB,
     LABEL_COST_CENTER,
     LABEL_GPU_MODE,
+    LABEL_JOB,
+    LABEL_KIND,
     LABEL_PROFILE,
     LABEL_RUNTIME,
     LABEL_SERVER,
@@ -407,7 +410,16 @@ def _epoch(stamp: Any) -> float | None:
         return None
 
 
-READ_LABELS = (LABEL_USER, LABEL_SERVER, LABEL_PROFILE, LABEL_RUNTIME, LABEL_COST_CENTER, LABEL_GPU_MODE)
+READ_LABELS = (
+    LABEL_USER,
+    LABEL_SERVER,
+    LABEL_PROFILE,
+    LABEL_RUNTIME,
+    LABEL_COST_CENTER,
+    LABEL_GPU_MODE,
+    LABEL_KIND,
+    LABEL_JOB,
+)
 READ_ANNOTATIONS = (ANN_USERNAME, ANN_SERVERNAME, ANN_PROFILE, ANN_CULL_EXEMPT)
 
 
@@ -440,7 +452,8 @@ def pod_essentials(pod_obj: Mapping[str, Any]) -> dict[str, Any]:
 def workspace_pod(pod_obj: Mapping[str, Any]) -> WorkspacePod | None:
     """A pod → :class:`.WorkspacePod`, or None when it is no workspace or holds nothing.
 
-        Workspaces carry our user label (container pods, and our VMs' virt-launcher pods). Only pods bound
+        Workspaces carry our user label (container pods, and our VMs' virt-launcher pods); so do the pods of
+        the jobs users submit (kind ``job``, told apart by ``gpuworkspace.dev/kind=job``). Only pods bound
         to a node that may still hold devices count: Running, or Pending with a node; terminating pods are
         kept (they hold their devices until they are gone). Names come from the exact-name annotations only: a
     pod without them is attributed to nobody.
@@ -478,6 +491,8 @@ def workspace_pod(pod_obj: Mapping[str, Any]) -> WorkspacePod | None:
         gpu_resources=gpus,
         started_at=_epoch(status.get("startTime")),
         cull_exempt=str(annotations.get(ANN_CULL_EXEMPT, "")).lower() == "true",
+        kind=KIND_JOB if labels.get(LABEL_KIND) == KIND_JOB else "workspace",
+        job=str(labels.get(LABEL_JOB, "")) if labels.get(LABEL_KIND) == KIND_JOB else "",
     )
 
 

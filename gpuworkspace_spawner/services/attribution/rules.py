@@ -93,7 +93,7 @@ def _share(
 ) -> GpuShare:
     if isinstance(holder, str):
         return GpuShare(holder, "", "", basis, util, mem, power, caveat)
-    return GpuShare(holder.key, holder.user, holder.server, basis, util, mem, power, caveat)
+    return GpuShare(holder.key, holder.user, holder.server, basis, util, mem, power, caveat, holder.job)
 
 
 def _cell(dev: DeviceSample, kind: CellKind, owners: Iterable[GpuShare]) -> GpuCell:

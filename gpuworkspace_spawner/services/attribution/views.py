@@ -35,6 +35,7 @@ def share_json(share: GpuShare) -> Json:
         "power_w": _r(share.power_w),
         "basis": str(share.basis),
         "caveat": share.caveat,
+        **({"job": share.job} if share.job else {}),
     }
 
 
@@ -126,6 +127,8 @@ def workspace_json(figures: WorkspaceFigures, accounting: AccountEntry | None = 
     """A workspace's row: allocation next to use, GPU figures with basis and caveat."""
     w = figures.workspace
     return {
+        "kind": w.kind,
+        **({"job": w.job} if w.is_job else {}),
         "user": w.user,
         "server": w.server,
         "workspace": w.key,
@@ -229,12 +232,17 @@ class Views:
     """One cycle's rendered JSON, indexed for per-request picks."""
 
     nodes: list[Json] = field(default_factory=list)
-    workspaces: list[Json] = field(default_factory=list)  # every workspace's row
+    workspaces: list[Json] = field(default_factory=list)  # every workspace's row (jobs' pods not among them)
     by_user: Mapping[str, list[Json]] = field(default_factory=dict)  # the same rows per user
     details: Mapping[tuple[str, str], Json] = field(default_factory=dict)  # (user, server) → detail
+    jobs: list[Json] = field(default_factory=list)  # every job pod's row (kind "job")
+    jobs_by_user: Mapping[str, list[Json]] = field(default_factory=dict)
 
     def workspaces_of(self, user: str) -> list[Json]:
         return self.by_user.get(user, [])
+
+    def jobs_of(self, user: str) -> list[Json]:
+        return self.jobs_by_user.get(user, [])
 
     def detail(self, user: str, server_segment: str) -> Json | None:
         return self.details.get((user, server_from_path(server_segment)))
@@ -274,11 +282,17 @@ def build_views(attribution: Attribution, accounting: Mapping[str, AccountEntry]
     rows: list[Json] = []
     by_user: dict[str, list[Json]] = {}
     details: dict[tuple[str, str], Json] = {}
+    jobs: list[Json] = []
+    jobs_by_user: dict[str, list[Json]] = {}
     for f, row, detail in workspace_views(attribution, accounting):
+        if f.workspace.is_job:  # a job's pod: the user's, but not the workspace of that (user, server)
+            jobs.append(row)
+            jobs_by_user.setdefault(f.workspace.user, []).append(row)
+            continue
         rows.append(row)
         by_user.setdefault(f.workspace.user, []).append(row)
         details[(f.workspace.user, f.workspace.server)] = detail
-    return Views(node_views(attribution), rows, by_user, details)
+    return Views(node_views(attribution), rows, by_user, details, jobs, jobs_by_user)
 
 
 def nodes_without_owners(nodes: Sequence[Json]) -> list[Json]:

@@ -96,6 +96,7 @@ class CullerApp(Application):
         "interval": "CullerApp.interval",
         "idle-timeout": "CullerApp.idle_timeout",
         "max-duration": "CullerApp.max_duration",
+        "job-handoff": "CullerApp.job_handoff",
         "warn-before": "CullerApp.warn_before",
         "concurrency": "CullerApp.concurrency",
         "cycles": "CullerApp.cycles",
@@ -133,6 +134,12 @@ class CullerApp(Application):
     max_duration_by_profile = Dict(
         value_trait=Float(),
         help="Longest session per profile slug; wins over the catalog's session.maxDuration.",
+    ).tag(config=True)
+    job_handoff = Unicode(
+        "",
+        help="A sentence added to the warnings of a max-duration stop and of a GPU workspace: where long "
+        "runs go instead, e.g. the jobs service (the hub's config sets it when gpuworkspace-jobs runs). "
+        "Empty: warnings say nothing about it.",
     ).tag(config=True)
     catalog = Unicode(
         "",
@@ -311,6 +318,7 @@ class CullerApp(Application):
             exempt_users=frozenset(self.exempt_users),
             exempt_groups=frozenset(self.exempt_groups),
             exempt_profiles=frozenset(self.exempt_profiles),
+            handoff=self.job_handoff.strip(),
         )
 
     def _catalog_sessions(self) -> dict[str, ProfileSession]:

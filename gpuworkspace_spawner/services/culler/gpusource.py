@@ -45,9 +45,11 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 
 def parse_workspace(item: Mapping[str, Any]) -> tuple[Key, str, GpuReading] | None:
-    """(key, gpu mode, reading without last_busy) from one ``workspace_json`` row; None if unusable."""
+    """(key, gpu mode, reading without last_busy) from one ``workspace_json`` row; None if unusable, or
+    a job's pod (an attribution service that lists them with workspaces must not make a job's GPU use the
+    activity of the workspace it was submitted from)."""
     user = item.get("user")
-    if not isinstance(user, str) or not user:
+    if not isinstance(user, str) or not user or item.get("kind", "workspace") != "workspace":
         return None
     gpu = _mapping(item.get("gpu"))
     accounting = _mapping(item.get("accounting"))

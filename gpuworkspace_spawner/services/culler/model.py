@@ -150,6 +150,9 @@ class Policy:
     exempt_users: frozenset[str] = frozenset()
     exempt_groups: frozenset[str] = frozenset()
     exempt_profiles: frozenset[str] = frozenset()
+    # where long runs go instead (the jobs service): added to every warning of a max-duration stop and of
+    # a workspace holding a GPU, the two cases where a user was most likely running something long
+    handoff: str = ""
 
 
 @dataclass(frozen=True)

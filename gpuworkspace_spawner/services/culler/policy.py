@@ -308,10 +308,18 @@ def _message(
     if action is Action.STOP:
         return f"{evidence}; stopping now (due {when})"
     if action is Action.WARN and stage is not None:
-        return f"{evidence}; stops at {when} (warning {stage + 1} of {len(rules.warn_before)})"
+        warning = f"{evidence}; stops at {when} (warning {stage + 1} of {len(rules.warn_before)})"
+        return f"{warning}. {policy.handoff}" if _offers_handoff(workspace, policy, reason) else warning
     if reason is Reason.IDLE:
         return f"{evidence}; stops at {when} if still idle"
     return f"{evidence}; stops at {when}"
+
+
+def _offers_handoff(workspace: Workspace, policy: Policy, reason: Reason | None) -> bool:
+    """A warning names the jobs hand-off when one is configured and the run may be long: a session at
+    its maximum, or a workspace holding a GPU (an idle one may be waiting on a run it no longer shows)."""
+    holds_gpu = workspace.gpu is not None and workspace.gpu.allocated > 0
+    return bool(policy.handoff) and (reason is Reason.MAX_DURATION or holds_gpu)
 
 
 def _evidence(workspace: Workspace, policy: Policy, last: datetime, source: str, *, now: datetime) -> str:

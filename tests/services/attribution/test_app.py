@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
@@ -77,6 +78,15 @@ BOB = ws("bob", resources={"nvidia.com/gpu.shared": 1})
 CAROL = ws("carol", resources={"nvidia.com/gpu.shared": 1})
 DAVE = ws("dave", resources={"nvidia.com/mig-1g.10gb": 1})
 ERIN = ws("erin", resources={"nvidia.com/GH100_H100_SXM5_80GB": 1}, runtime="vm")
+# a pod of a job alice submitted from her default server: the same user and server annotations
+ALICE_JOB = replace(
+    ws("alice"),
+    pod="alice-train-x7k2q-9fz2d",
+    uid="uid-job",
+    profile="train-1gpu",
+    kind="job",
+    job="alice-train-x7k2q",
+)
 OBS = Observation(
     now=NOW,
     nodes=(
@@ -87,9 +97,10 @@ OBS = Observation(
             allocatable={"cpu": 127.5, "memory": 2**40, "nvidia.com/gpu": 6},
         ),
     ),
-    workspaces=(ALICE, ALICE_NAMED, BOB, CAROL, DAVE, ERIN),
+    workspaces=(ALICE, ALICE_NAMED, BOB, CAROL, DAVE, ERIN, ALICE_JOB),
     devices=(
         dev("0", ALICE, util=80.0),
+        dev("3", ALICE_JOB, util=97.0),
         dev("1", ALICE_NAMED, util=1.0),
         dev("2", util=0.0),
         dev("6", CAROL, util=60.0),
@@ -197,6 +208,35 @@ async def test_workspaces_are_own_for_users_and_all_for_admins(base: str) -> Non
     assert denied["status"] == 403 and "alice" in denied["message"]
 
 
+async def test_a_jobs_pods_are_listed_apart_and_never_as_the_workspace_it_came_from(base: str) -> None:
+    """alice's job runs on a GPU at 97 % while her default workspace idles at 80 %... on another card: the
+    workspace's row, detail (what the culler and her JupyterLab read) and metrics stay the workspace's."""
+    own = await get_json(base + "api/v1/workspaces", "alice")
+    assert sorted((w["server"], w["kind"]) for w in own["items"]) == [
+        ("", "workspace"),
+        ("train", "workspace"),
+    ]
+    detail = await get_json(base + "api/v1/workspaces/alice/~", "alice")
+    assert detail["pod"] == "jupyter-alice" and detail["gpu"]["util_percent"] == 80.0, detail
+    jobs = await get_json(base + "api/v1/jobs", "alice")
+    (job,) = jobs["items"]
+    assert (job["kind"], job["job"], job["pod"]) == ("job", "alice-train-x7k2q", "alice-train-x7k2q-9fz2d")
+    assert job["gpu"]["util_percent"] == 97.0 and job["profile"] == "train-1gpu"
+    assert (await get_json(base + "api/v1/jobs", "bob"))["items"] == []
+    assert (await get_json(base + "api/v1/jobs?user=alice", "bob", 403))["message"] == (
+        "bob may not see the jobs of alice"
+    )
+    assert [j["job"] for j in (await get_json(base + "api/v1/jobs", "admin"))["items"]] == [
+        "alice-train-x7k2q"
+    ]
+    nodes = await get_json(base + "api/v1/nodes", "alice")
+    (card,) = [c for n in nodes["items"] for c in n["gpus"] if c["gpu"] == "3"]
+    assert [(o["user"], o.get("job")) for o in card["owners"]] == [("alice", "alice-train-x7k2q")]
+    html = (await get(base, "alice")).body.decode()
+    assert 'data-job="alice-train-x7k2q"' in html.split('id="jobs-table"')[1].split("</table>")[0]
+    assert "alice-train-x7k2q" not in html.split('id="workspaces-table"')[1].split("</table>")[0]
+
+
 async def test_a_token_reading_all_servers_lists_every_workspace(base: str) -> None:
     """The idle culler reads every workspace's GPU figures with unfiltered read:servers, not admin."""
     everyone = await get_json(base + "api/v1/workspaces", "culler")
@@ -245,7 +285,7 @@ async def test_top_and_groups_are_limited_to_the_callers_groups(base: str) -> No
 async def test_trends_own_and_cluster_series_only(base: str) -> None:
     body = await get_json(base + "api/v1/trends?series=cluster:gpu_util,user:alice:gpus&window=1h", "alice")
     assert set(body["series"]) == {"cluster:gpu_util", "user:alice:gpus"}
-    assert body["series"]["user:alice:gpus"][-1][1] == 2
+    assert body["series"]["user:alice:gpus"][-1][1] == 3  # her two workspaces' GPUs and her job's
     await get_json(base + "api/v1/trends?series=user:alice:gpus", "bob", 403)
     await get_json(base + "api/v1/trends?window=soon", "bob", 400)
 
@@ -262,7 +302,7 @@ async def test_metrics_need_read_metrics(base: str) -> None:
     assert response.code == 200
     text = response.body.decode()
     assert (
-        'gpuworkspace_workspace_gpu_utilization_percent{gpu_mode="exclusive",node="gpu-node-a",profile="gpu-profile",server="",user="alice"} 80.0'
+        'gpuworkspace_workspace_gpu_utilization_percent{gpu_mode="exclusive",kind="workspace",node="gpu-node-a",profile="gpu-profile",server="",user="alice"} 80.0'
         in text
     )
     assert "gpuworkspace_gpu_allocated_seconds_total{" in text

@@ -70,6 +70,7 @@ def test_allocated_seconds_never_decrease_when_a_pod_is_replaced() -> None:
             "server": "w",
             "profile": "gpu",
             "gpu_mode": "exclusive",
+            "kind": "workspace",
         }
         seen.append(value)
         gauges = got["gpuworkspace_workspace_gpus_allocated"]

@@ -519,6 +519,29 @@ def test_the_cull_exempt_annotation_reaches_the_workspace(value: str, exempt: bo
     assert got is not None and got.cull_exempt is exempt
 
 
+@pytest.mark.parametrize(
+    ("labels", "kind", "job"),
+    [
+        (
+            {"gpuworkspace.dev/kind": "job", "gpuworkspace.dev/job": "alice-train-x7k2q"},
+            "job",
+            "alice-train-x7k2q",
+        ),
+        ({"gpuworkspace.dev/job": "alice-train-x7k2q"}, "workspace", ""),  # the kind label decides
+        ({"gpuworkspace.dev/kind": "something-else"}, "workspace", ""),
+        ({}, "workspace", ""),
+    ],
+)
+def test_a_job_pod_is_its_users_but_of_kind_job(labels: dict[str, str], kind: str, job: str) -> None:
+    got = workspace_pod(pod_essentials(_pod(labels=labels)))
+    assert got is not None and (got.user, got.kind, got.job, got.is_job) == (
+        "alice",
+        kind,
+        job,
+        kind == "job",
+    )
+
+
 def test_series_cache_gives_the_parsers_answers_with_each_scrapes_values() -> None:
     """Repeated scrapes parse each series' labels once; values (and timestamps) are always the new ones."""
     gpus = [Gpu(0, UUIDS[0]), Gpu(1, UUIDS[1], mig=(MigSlice(7, "1g.10gb", "MIG-a"),))]

@@ -229,6 +229,45 @@ def test_messages(ws: Workspace, policy: Policy, given: list[Warning], message: 
     assert decide(ws, policy, given, now=NOW).message == message
 
 
+HANDOFF = "To keep a long run going, submit it as a job."
+
+
+@pytest.mark.parametrize(
+    ("ws", "policy", "given", "offered"),
+    [
+        pytest.param(idle_workspace(-40, started=-470), POLICY, [], True, id="max-duration"),
+        pytest.param(
+            workspace(hub=-45, status=-45, kernels=(kernel(-30),), gpu=gpu(0.0, -30)),
+            POLICY,
+            [],
+            True,
+            id="idle-gpu",
+        ),
+        pytest.param(
+            workspace(hub=-45, status=-45, kernels=(kernel(-30),)), POLICY, [], False, id="idle-cpu"
+        ),
+        pytest.param(
+            workspace(started=-120, profile="short", kernels=BUSY),
+            LONG_MAX,
+            [warned(0, -30, 0, Reason.MAX_DURATION), warned(1, -5, 0, Reason.MAX_DURATION)],
+            False,
+            id="not-on-the-stop-itself",
+        ),
+    ],
+)
+def test_warnings_offer_the_job_handoff_where_a_run_may_be_long(
+    ws: Workspace, policy: Policy, given: list[Warning], offered: bool
+) -> None:
+    """A configured hand-off (the jobs service) ends max-duration warnings and a GPU workspace's warnings;
+    without one, or for a CPU workspace, the message is what it was."""
+    plain = decide(ws, policy, given, now=NOW)
+    told = decide(ws, replace(policy, handoff=HANDOFF), given, now=NOW)
+    assert told.action == plain.action
+    assert told.message == (f"{plain.message}. {HANDOFF}" if offered else plain.message)
+    if offered:
+        assert told.action is Action.WARN and "warning 1 of 2" in told.message
+
+
 # ------------------------------------------------------------------ CPU use (a silent terminal process)
 def _cpu(used: float | None, last_busy_min: float | None = None) -> CpuEvidence:
     return CpuEvidence(used_cores=used, last_busy=at(last_busy_min) if last_busy_min is not None else None)
