@@ -39,6 +39,13 @@ async def scrape(cluster: DevCluster) -> Samples:
     }
 
 
+async def admitted(cluster: DevCluster, name: str, job_obj: dict[str, Any]) -> None:
+    wl = workload_name(name, job_obj["metadata"]["uid"])
+    await until(
+        lambda: cond(cluster.store.get(WLS, NS, wl), "Admitted").get("status") == "True", f"{name} admitted"
+    )
+
+
 def q(**labels: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
@@ -49,15 +56,7 @@ async def test_waiting_and_admitted_workloads_and_the_wait_until_admission(
     cluster, _ = kueue
     v, store = cluster.verbs, cluster.store
     first = v.create(JOBS, NS, job("first"))[0]
-    await until(
-        lambda: (
-            cond(store.get(WLS, NS, workload_name("first", first["metadata"]["uid"])), "Admitted").get(
-                "status"
-            )
-            == "True"
-        ),
-        "first admitted",
-    )
+    await admitted(cluster, "first", first)
     second = v.create(JOBS, NS, job("second"))[0]
     second_wl = workload_name("second", second["metadata"]["uid"])
     await until(
@@ -68,20 +67,20 @@ async def test_waiting_and_admitted_workloads_and_the_wait_until_admission(
     assert seen[("kueue_pending_workloads", q(cluster_queue="training", status="inadmissible"))] == 1
     assert seen[("kueue_pending_workloads", q(cluster_queue="training", status="active"))] == 0
     assert seen[("kueue_admitted_active_workloads", q(cluster_queue="training"))] == 1
-    admitted = q(cluster_queue="training", priority_class="low")
-    assert seen[("kueue_admitted_workloads_total", admitted)] == 1
-    assert seen[("kueue_admission_wait_time_seconds_count", admitted)] == 1
-    assert ("kueue_admitted_workloads_created", admitted) not in seen  # Go's client serves no *_created
+    low = q(cluster_queue="training", priority_class="low")
+    assert seen[("kueue_admitted_workloads_total", low)] == 1
+    assert seen[("kueue_admission_wait_time_seconds_count", low)] == 1
+    assert ("kueue_admitted_workloads_created", low) not in seen  # Go's client serves no *_created
 
     complete(cluster, "first")  # its quota is released: the second is admitted after a measurable wait
     await until(
         lambda: cond(store.get(WLS, NS, second_wl), "Admitted").get("status") == "True", "second admitted"
     )
     seen = await scrape(cluster)
-    assert seen[("kueue_admitted_workloads_total", admitted)] == 2
-    assert seen[("kueue_admission_wait_time_seconds_count", admitted)] == 2
+    assert seen[("kueue_admitted_workloads_total", low)] == 2
+    assert seen[("kueue_admission_wait_time_seconds_count", low)] == 2
     waited = store.get(WLS, NS, second_wl)
-    assert seen[("kueue_admission_wait_time_seconds_sum", admitted)] > 0, waited
+    assert seen[("kueue_admission_wait_time_seconds_sum", low)] > 0, waited
     assert seen[("kueue_pending_workloads", q(cluster_queue="training", status="inadmissible"))] == 0
     assert seen[("kueue_admitted_active_workloads", q(cluster_queue="training"))] == 1  # the first finished
 
@@ -90,23 +89,11 @@ async def test_a_preemption_is_counted_as_an_eviction_of_the_preempted_workloads
     kueue: tuple[DevCluster, KueueController],  # noqa: F811
 ) -> None:
     cluster, _ = kueue
-    v, store = cluster.verbs, cluster.store
+    v = cluster.verbs
     low = v.create(JOBS, NS, job("low", "low"))[0]
-    await until(
-        lambda: (
-            cond(store.get(WLS, NS, workload_name("low", low["metadata"]["uid"])), "Admitted").get("status")
-            == "True"
-        ),
-        "low admitted",
-    )
+    await admitted(cluster, "low", low)
     high = v.create(JOBS, NS, job("high", "high"))[0]
-    await until(
-        lambda: (
-            cond(store.get(WLS, NS, workload_name("high", high["metadata"]["uid"])), "Admitted").get("status")
-            == "True"
-        ),
-        "high admitted",
-    )
+    await admitted(cluster, "high", high)
     seen = await scrape(cluster)
     evicted = q(cluster_queue="training", reason="Preempted", underlying_cause="", priority_class="low")
     assert seen[("kueue_evicted_workloads_total", evicted)] == 1
