@@ -2,7 +2,8 @@
 
 The real processes on the devcluster: the hub (``/hub/metrics``), the disk service and the attribution
 service (their ``/metrics`` with a token that has ``read:metrics``), the reclaimer (its
-``--metrics-listen``, on 127.0.0.1:10104 in hub_config) and the node agents. A metric counts as served when
+``--metrics-listen``, on 127.0.0.1:10104 in hub_config), the node agents, and Kueue's controller manager
+(the devcluster's Kueue, found through Kueue's metrics Service as Prometheus finds it). A metric counts as served when
 its family is in a scrape (a family without samples yet is still declared there with its type, so
 a histogram ``x`` serves ``x_bucket``, ``x_count`` and ``x_sum``). The idle culler serves no metrics.
 Only the kubelet's inode families, which the inode rule names as its dependency, are exempt.
@@ -10,6 +11,7 @@ Only the kubelet's inode families, which the inode rule names as its dependency,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -21,9 +23,22 @@ from .agents import start_agents
 from .harness import HubStack, http, wait_for
 from .test_disk_admin import disks  # noqa: F401 -- the disk service (proxied, or started next to the hub)
 from .test_spawn_feedback import ensure_user, metric
+from .test_workspace_lifecycle import kubectl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 RECLAIMER_METRICS = "http://127.0.0.1:10104/metrics"  # hub_config: GPUWS_RECLAIMER_METRICS_PORT
+
+
+def kueue_metrics_url(stack: HubStack) -> str:
+    """Kueue's ``/metrics`` from the EndpointSlice of its metrics Service (kueue-system)."""
+    raw = kubectl(stack, "get", "endpointslices", "-n", "kueue-system", "-o", "json").stdout
+    (found,) = [
+        s
+        for s in json.loads(raw)["items"]
+        if s["metadata"]["labels"].get("kubernetes.io/service-name")
+        == "kueue-controller-manager-metrics-service"
+    ]
+    return f"http://{found['endpoints'][0]['addresses'][0]}:{found['ports'][0]['port']}/metrics"
 
 
 def _families(url: str, token: str | None = None) -> dict[str, str]:
@@ -66,6 +81,7 @@ def test_every_metric_in_the_rules_and_dashboards_is_served(
             f"{stack.url}/services/gpuworkspace-attribution/metrics", token
         ),
         "gpuworkspace-reclaimer": _families(RECLAIMER_METRICS),
+        "kueue": _families(kueue_metrics_url(stack)),
     }
     for node, url in agents.items():
         scrapes[f"gpuworkspace-agent {node}"] = _families(url)

@@ -54,11 +54,13 @@ REQUIRED_ALERTS = {
     "GPUWorkspaceSpawnFailureRateHigh": "jupyterhub_server_spawn_duration_seconds_count",
     "GPUWorkspaceIdleAllocatedGPUHours": "gpuworkspace_gpu_idle_allocated_seconds_total",
     "GPUWorkspaceCatalogReloadFailed": "gpuworkspace_catalog_reload_failures_total",
+    "GPUWorkspaceJobsWaitingForQuota": "kueue_pending_workloads",  # issue 17: queue wait and admission
 }
 REQUIRED_DASHBOARDS = {
     "gpuworkspace-gpu-attribution": "gpuworkspace_gpu_idle_allocated_seconds_total",
     "gpuworkspace-spawn-latency": "gpuworkspace_spawn_phase_duration_seconds_bucket",
     "gpuworkspace-disks": "gpuworkspace_disk_used_ratio",
+    "gpuworkspace-jobs": "kueue_admission_wait_time_seconds_bucket",
 }
 
 
@@ -137,7 +139,7 @@ def _check_panel(panel: dict[str, Any], where: str) -> None:
 # ------------------------------------------------------------------------------ the files
 def test_every_file_has_a_header_comment_and_only_known_kinds() -> None:
     kinds = Counter(doc["kind"] for _, doc in documents())
-    assert kinds == {"PrometheusRule": 1, "ConfigMap": 3}, kinds
+    assert kinds == {"PrometheusRule": 1, "ConfigMap": 4}, kinds
     for path in {p for p, _ in documents()}:
         assert path.read_text().startswith("#"), f"{path}: say what it is for in a comment first"
 

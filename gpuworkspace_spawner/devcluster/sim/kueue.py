@@ -7,12 +7,15 @@
   one re-suspends it with the template restored; a finished Job finishes its Workload.
 - The scheduler (``pkg/scheduler/scheduler.go``): each cycle hands every ClusterQueue, LocalQueue and
   Workload to :func:`.kueueadmit.decide_admissions` and writes its verdicts, then the queues' status.
+- Kueue's metrics (``pkg/metrics/metrics.go``, :mod:`.kueuemetrics`): each admission and preemption is
+  reported as the scheduler reports it; ``/metrics`` is served on loopback behind Kueue's metrics Service.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..resources import ResourceType
@@ -22,6 +25,7 @@ from . import kueueobjs as ko
 from .base import BY_KEY, Key, SimController
 from .context import SimContext
 from .kueueadmit import AdmissionPlan, decide_admissions
+from .kueuemetrics import KueueMetrics, MetricsEndpoint
 
 log = logging.getLogger(__name__)
 JOBS: TypeKey = ("batch", "jobs")
@@ -37,17 +41,39 @@ class KueueController(SimController):
     name = "kueue"
     watches = (JOBS, WORKLOADS, CQS, LQS, FLAVORS, WPCS)
 
-    def __init__(self, ctx: SimContext) -> None:
+    def __init__(self, ctx: SimContext, *, metrics_port: int | None = 0) -> None:
         super().__init__(ctx.verbs)
+        self.metrics = KueueMetrics(self._live_by_queue)
+        self.endpoint = (
+            MetricsEndpoint(self.metrics, ctx.verbs, port=metrics_port) if metrics_port is not None else None
+        )
 
     async def start(self) -> None:
         self.verbs.mutating_webhooks.append(suspend_queued_job)
+        if self.endpoint is not None:
+            await self.endpoint.start()
         await super().start()
 
     async def stop(self) -> None:
         if suspend_queued_job in self.verbs.mutating_webhooks:
             self.verbs.mutating_webhooks.remove(suspend_queued_job)
+        if self.endpoint is not None:
+            await self.endpoint.stop()
         await super().stop()
+
+    def _live_by_queue(self) -> Iterator[tuple[str, Obj]]:
+        """(ClusterQueue, workload) of every unfinished workload whose LocalQueue points at one."""
+        lqs = {
+            (o["metadata"]["namespace"], o["metadata"]["name"]): o for o in self.store.items(self._rt(LQS))
+        }
+        for wl in self.store.items(self._rt(WORKLOADS)):
+            if ko.is_true(wl, "Finished"):
+                continue
+            meta = wl["metadata"]
+            lq = lqs.get((meta["namespace"], (wl.get("spec") or {}).get("queueName", "")))
+            queue = ((lq or {}).get("spec") or {}).get("clusterQueue")
+            if queue:
+                yield queue, wl
 
     def keys_for(self, key: TypeKey, obj: Obj, old: Obj | None) -> Iterable[Key]:
         meta = obj["metadata"]
@@ -203,6 +229,7 @@ class KueueController(SimController):
             status = {**(wl.get("status") or {}), "conditions": conditions}
             status["admission"] = ko.admission_status(admit.cluster_queue, admit.assignments)
             self._write_status(wl, status)
+            self.metrics.admitted(admit.cluster_queue, wl, time.time())
         for pending in plan.pending:
             self._write_conditions(
                 live[pending.key], [("QuotaReserved", "False", "Pending", pending.message)]
@@ -211,6 +238,8 @@ class KueueController(SimController):
             self._write_conditions(live[key], [("QuotaReserved", "False", "Inadmissible", message)])
         for preempt in plan.preempt:
             wl = live[preempt.key]
+            held = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+            self.metrics.evicted(held, wl, "Preempted")
             self._write_conditions(
                 wl,
                 [
