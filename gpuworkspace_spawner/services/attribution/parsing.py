@@ -75,7 +75,8 @@ PROMQL: Mapping[str, str] = {
     "memory": f'sum by (namespace, pod) ({WORKING_SET}{{container!=""}})',
     # Range queries (GET /api/v1/query_range?query=...&start=&end=&step=) for trends.
     "trend:cluster:gpu_util": f"avg({GPU_UTIL})",
-    "trend:node:gpu_util": f"avg by (Hostname) ({GPU_UTIL})",
+    # by every label that may name the node (dcgm-exporter after 4.5.3 writes `hostname`, before `Hostname`)
+    "trend:node:gpu_util": f"avg by ({', '.join(NODE_LABELS)}) ({GPU_UTIL})",
     "trend:pod:gpu_util": f'avg by (namespace, pod) ({GPU_UTIL}{{pod!=""}})',
 }
 
