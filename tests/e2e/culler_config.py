@@ -13,6 +13,7 @@ c.CullerApp.idle_timeout_by_profile = {
     "e2e-cull": 30,
     "e2e-cull-gpu": 30,
     "e2e-cull-exempt": 30,  # what would apply but for the exemption
+    "e2e-cull-team": 20,  # test_jobs.py: the workspace a notebook job was submitted from, culled meanwhile
     "gpu-shared": 0,  # the shipped time-sliced profile (other tests' servers): never, over its mode's
 }
 # the ceiling for time-sliced workspaces: e2e-cull-shared's card sets warnings but no idle timeout

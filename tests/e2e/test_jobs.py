@@ -77,6 +77,12 @@ def jobs(stack: HubStack) -> Iterator[str]:
         proc.stop()
 
 
+def http_json(url: str, token: str) -> Any:
+    status, raw = http("GET", url, headers={"Authorization": f"token {token}"})
+    assert status == 200, (url, status, raw[:300])
+    return json.loads(raw)
+
+
 def _objects(stack: HubStack) -> dict[str, set[str]]:
     kinds = ("jobs", "persistentvolumeclaims", "volumesnapshots")
     return {k: {o["metadata"]["name"] for o in get_json(stack, k)["items"]} for k in kinds}
@@ -172,14 +178,14 @@ def _outputs(notebook: dict[str, Any]) -> str:
 def test_a_notebook_job_runs_papermill_outlives_the_workspace_and_its_result_appears_in_it(
     stack: HubStack, jobs: str
 ) -> None:
-    start(stack, "alice", "nb", {"profile": "e2e-team"})
+    start(stack, "alice", "nb", {"profile": "e2e-cull-team"})
     write_file(stack, "alice", "nb", "analysis.ipynb", json.dumps(NOTEBOOK))
     alice = user_token(stack, "alice")
     body = {
         "profile": "e2e-job-notebook",
         "notebook": "analysis.ipynb",
         "server": "nb",
-        "parameters": {"epochs": 3, "seconds": 15, "who": "alice's run"},
+        "parameters": {"epochs": 3, "seconds": 45, "who": "alice's run"},
     }
     status, job = call(jobs, alice, "POST", "/jobs", body)
     assert status == 201, job
@@ -187,7 +193,18 @@ def test_a_notebook_job_runs_papermill_outlives_the_workspace_and_its_result_app
     assert job["output"] == f"/home/jovyan/team/jobs/alice/{name}/", job
     _state(jobs, alice, name, "running", reason="running")  # its pod is Ready: papermill started
 
-    stack.hub.stop_server("alice", "nb")  # the workspace goes (as the culler stops it); the job does not
+    # the job's pod is alice's, apart from her workspace: the attribution service lists it as a job, and
+    # the culler, which reads workspaces only, finds her idle workspace idle and stops it (20 s idle)
+    attribution = f"{stack.url}/services/gpuworkspace-attribution/api/v1"
+    listed = wait_for(
+        lambda: [j for j in http_json(f"{attribution}/jobs", alice)["items"] if j["job"] == name],
+        30,
+        "the attribution service to list alice's job pod",
+    )
+    assert listed[0]["kind"] == "job" and listed[0]["gpu"]["allocated"] == 1, listed
+    workspaces = http_json(f"{attribution}/workspaces", alice)["items"]
+    assert all(w["kind"] == "workspace" and w["pod"] != listed[0]["pod"] for w in workspaces), workspaces
+    wait_for(lambda: stack.hub.server("alice", "nb") is None, 90, "the culler to stop alice's idle workspace")
     selector = "gpuworkspace.dev/user=alice,gpuworkspace.dev/server=nb"
     pods = get_json(stack, "pods", "-l", selector)["items"]
     assert [p["metadata"]["labels"].get("gpuworkspace.dev/job") for p in pods] == [name], pods
@@ -198,7 +215,7 @@ def test_a_notebook_job_runs_papermill_outlives_the_workspace_and_its_result_app
     status, log = call(jobs, alice, "GET", f"/jobs/{name}/logs")
     assert status == 200 and "alice's run trained 30 steps" in log, log  # papermill's --log-output
 
-    start(stack, "alice", "nb", {"profile": "e2e-team"})
+    start(stack, "alice", "nb", {"profile": "e2e-cull-team"})
     status, model = contents(stack, "alice", "nb", f"team/jobs/alice/{name}/analysis.ipynb")
     assert status == 200 and model["type"] == "notebook", model
     executed = model["content"]
