@@ -69,7 +69,7 @@ class TokenManager:
             answer = self._issuer().request(self.store, meta.get("namespace", ""), sa, body)
         except ApiError as exc:
             raise TokenError(f"failed to fetch token: {exc.message}") from exc
-        token = answer["status"]["token"].encode()
+        token = str(answer["status"]["token"]).encode()
         self._cache[key] = _Cached(token, now, float(seconds))
         return token
 
