@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from gpuworkspace_spawner.devcluster.sim import images, mountns
 from gpuworkspace_spawner.devcluster.sim.hubrun import rebind
@@ -38,13 +39,9 @@ from .test_pod_identity import log_has as identity_log
 Obj = dict[str, Any]
 NAMESPACES, WHY = mountns.available(sys.executable)
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"no mount namespaces here: {WHY}")
-Z2JH_HUB_RULES = [  # the z2jh hub Role's rules (jupyterhub/zero-to-jupyterhub-k8s templates/hub/rbac.yaml)
-    {
-        "apiGroups": [""],
-        "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
-        "verbs": ["get", "watch", "list", "create", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+Z2JH_HUB_ROLE = Path(__file__).parents[2] / "e2e_rbac" / "z2jh-hub-role.yaml"  # z2jh's hub Role, verbatim
+Z2JH_HUB_RULES = next(d for d in yaml.safe_load_all(Z2JH_HUB_ROLE.read_text()) if d["kind"] == "Role")[
+    "rules"
 ]
 
 
