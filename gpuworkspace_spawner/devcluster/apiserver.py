@@ -33,6 +33,7 @@ from .verbs import Verbs
 from .watching import DEFAULT_WATCH_TIMEOUT_S, WatchRequest, WatchStream
 
 log = logging.getLogger(__name__)
+TOKEN_REQUEST = ResourceType("authentication.k8s.io", "v1", "tokenrequests", "TokenRequest", True)
 
 
 @dataclass
@@ -405,8 +406,8 @@ class ApiServer:
                 )
             self.vm_actions(ns, name, sub)
             return web.Response(status=202, text="")
-        if sub == "token" and request.method == "POST":  # TokenRequest (satokens.py)
-            body, _ = await _read_body(request)
+        if sub == "token" and request.method == "POST":  # TokenRequest (satokens.py); kubectl sends protobuf
+            body, _ = await _read_body(request, TOKEN_REQUEST)
             return _respond(self.verbs.tokens.request(self.store, ns, name, body), JSON, status=201)
         pod = self.verbs.get(rt, ns, name)
         if sub == "binding" and request.method == "POST":
