@@ -26,7 +26,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-API_FILES = ("core/v1", "batch/v1", "rbac/v1", "scheduling/v1")
+API_FILES = ("core/v1", "batch/v1", "rbac/v1", "scheduling/v1", "authentication/v1")
 MACHINERY_FILES = (
     "pkg/apis/meta/v1",
     "pkg/runtime",
@@ -49,6 +49,7 @@ ROOTS = (
     "k8s.io.api.rbac.v1.ClusterRole",
     "k8s.io.api.rbac.v1.ClusterRoleBinding",
     "k8s.io.api.scheduling.v1.PriorityClass",
+    "k8s.io.api.authentication.v1.TokenRequest",  # kubectl create token (serviceaccounts/token)
     "k8s.io.apimachinery.pkg.runtime.Unknown",
 )
 _FIELD = re.compile(r"^\s*(?:(\w+)\s+)?(\*?[\w.\[\]*]+)\s+`([^`]*)`")

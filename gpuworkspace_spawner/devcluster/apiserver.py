@@ -33,6 +33,7 @@ from .verbs import Verbs
 from .watching import DEFAULT_WATCH_TIMEOUT_S, WatchRequest, WatchStream
 
 log = logging.getLogger(__name__)
+TOKEN_REQUEST = ResourceType("authentication.k8s.io", "v1", "tokenrequests", "TokenRequest", True)
 
 
 @dataclass
@@ -220,6 +221,8 @@ class ApiServer:
             return rbac.UserInfo("system:admin", ("system:masters", "system:authenticated"))
         token = header[7:].strip() if header.lower().startswith("bearer ") else ""
         user = auth.authenticate(token) if token else None
+        if user is None and token:  # the ServiceAccount token authenticator comes after the static tokens
+            user = self.verbs.tokens.authenticate(self.store, token)
         if user is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         return user
@@ -255,7 +258,7 @@ class ApiServer:
                 f'fieldValidation: Unsupported value: "{fv}": supported values: "Ignore", "Warn", "Strict"'
             )
         if (
-            route.subresource in ("log", "exec", "binding", "eviction")
+            route.subresource in ("log", "exec", "binding", "eviction", "token")
             or route.subresource in KUBEVIRT_VM_ACTIONS
         ):
             return await self._action(request, route)
@@ -403,6 +406,9 @@ class ApiServer:
                 )
             self.vm_actions(ns, name, sub)
             return web.Response(status=202, text="")
+        if sub == "token" and request.method == "POST":  # TokenRequest (satokens.py); kubectl sends protobuf
+            body, _ = await _read_body(request, TOKEN_REQUEST)
+            return _respond(self.verbs.tokens.request(self.store, ns, name, body), JSON, status=201)
         pod = self.verbs.get(rt, ns, name)
         if sub == "binding" and request.method == "POST":
             body, _ = await _read_body(request)

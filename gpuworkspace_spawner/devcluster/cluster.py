@@ -25,6 +25,7 @@ from .errors import ApiError
 from .faults import FaultInjector
 from .podio import LocalDirRuntime, PodIO
 from .resources import find
+from .satokens import TokenIssuer
 from .sim.simulation import Simulation
 from .store import Store
 from .verbs import Verbs
@@ -77,6 +78,7 @@ class DevCluster:
         self.faults = FaultInjector(seed)
         self.tokens: dict[str, dict[str, Any]] = {}
         self.admin_token = self._load_or_make_admin_token()
+        self.verbs.tokens = TokenIssuer(self._load_or_make_signing_key())
         authenticator = rbac.TokenAuthenticator(self.tokens) if auth or rbac_enabled else None
         self.api = ApiServer(
             self.verbs,
@@ -121,7 +123,7 @@ class DevCluster:
         )
         await self._runner.setup()
         if self.tls:
-            self._ssl, self._ca_pem = self._server_tls()
+            self._ssl = self._server_tls()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, ssl_context=self._ssl)
         await site.start()
         server = site._server
@@ -153,8 +155,17 @@ class DevCluster:
     def url(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
-    def _server_tls(self) -> tuple[ssl.SSLContext, bytes]:
-        """A serving certificate from a CA kept under the state dir (clients keep trusting it across restarts)."""
+    def _server_tls(self) -> ssl.SSLContext:
+        """A serving certificate from the cluster CA (``_load_or_make_ca``)."""
+        assert self._ca is not None
+        leaf = self._ca.issue_cert(self.host, "localhost", "127.0.0.1", "kubernetes.default.svc")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        leaf.configure_cert(context)
+        return context
+
+    def _load_or_make_ca(self) -> None:
+        """The cluster CA, kept under the state dir (clients keep trusting it across restarts). Every
+        cluster has one, TLS or not: it is what ``kube-root-ca.crt`` publishes into each namespace."""
         ca_cert = self.state_dir / "ca.crt" if self.state_dir is not None else None
         ca_key = self.state_dir / "ca.key" if self.state_dir is not None else None
         if ca_cert is not None and ca_key is not None and ca_cert.exists() and ca_key.exists():
@@ -165,16 +176,13 @@ class DevCluster:
                 ca.cert_pem.write_to_path(str(ca_cert))
                 ca.private_key_pem.write_to_path(str(ca_key))
                 ca_key.chmod(0o600)
-        self._ca = ca
-        leaf = ca.issue_cert(self.host, "localhost", "127.0.0.1", "kubernetes.default.svc")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        leaf.configure_cert(context)
-        return context, ca.cert_pem.bytes()
+        self._ca, self._ca_pem = ca, ca.cert_pem.bytes()
+        self.controllers.root_ca_pem = self._ca_pem.decode()
 
     def serving_context(self, *names: str) -> ssl.SSLContext | None:
         """A server SSL context with a certificate for ``names`` signed by the cluster CA (None without
         TLS): what a kubelet gets with ``serverTLSBootstrap`` and an approved CSR."""
-        if self._ca is None:
+        if self._ca is None or not self.tls:
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._ca.issue_cert(*names).configure_cert(context)
@@ -203,6 +211,18 @@ class DevCluster:
         self.tokens[token] = {"user": "system:admin", "groups": ["system:masters", "system:authenticated"]}
         self._save_tokens()
         return token
+
+    def _load_or_make_signing_key(self) -> bytes:
+        """The ServiceAccount token signing key (``--service-account-key-file``), kept across restarts."""
+        path = self.state_dir / "sa-signing.key" if self.state_dir is not None else None
+        if path is not None and path.exists():
+            return path.read_bytes()
+        key = secrets.token_bytes(32)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(key)
+            path.chmod(0o600)
+        return key
 
     def _save_tokens(self) -> None:
         if self.state_dir is not None:
@@ -256,6 +276,7 @@ class DevCluster:
 
     # -------------------------------------------------------------- bootstrap
     def _bootstrap(self) -> None:
+        self._load_or_make_ca()
         namespaces = find("", "v1", "namespaces")
         crd_rt = find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         assert namespaces is not None and crd_rt is not None
@@ -271,9 +292,8 @@ class DevCluster:
         namespaces, sas = find("", "v1", "namespaces"), find("", "v1", "serviceaccounts")
         assert namespaces is not None and sas is not None
         for ns in list(self.store.items(namespaces)):
-            name = ns["metadata"]["name"]
-            if self.store.get(sas, name, "default") is None and not ns["metadata"].get("deletionTimestamp"):
-                self.verbs.create(sas, name, {"metadata": {"name": "default"}})
+            if not ns["metadata"].get("deletionTimestamp"):
+                self.controllers.publish_namespace_defaults(ns["metadata"]["name"])
 
     # ----------------------------------------------------------------- admin
     async def _admin_faults(self, request: web.Request) -> web.StreamResponse:

@@ -17,6 +17,12 @@ from .verbs import Verbs
 log = logging.getLogger(__name__)
 _BY_KEY = {rt.key: rt for rt in RESOURCE_TYPES}
 PODS = find("", "v1", "pods")
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+ROOT_CA_DESCRIPTION = (
+    "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such "
+    "as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions "
+    "of Kubernetes clusters."
+)
 Ref = tuple[TypeKey, str, str]  # (type, namespace, name)
 
 
@@ -30,6 +36,7 @@ class Controllers:
         self.dependents: dict[str, set[Ref]] = {}
         # Nodes whose pods a (simulated) kubelet terminates; others are finished here at once.
         self.kubelet_nodes: set[str] = set()
+        self.root_ca_pem = ""  # the cluster CA that kube-root-ca.crt publishes (set by the DevCluster)
         self._queue: asyncio.Queue[tuple[str, Ref]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         for rt in RESOURCE_TYPES:
@@ -67,6 +74,9 @@ class Controllers:
 
     def _on_change(self, key: TypeKey, event: WatchEvent) -> None:
         obj, old = event.obj, event.old
+        if key == ("", "configmaps") and obj["metadata"]["name"] == ROOT_CA_CONFIGMAP:
+            namespace_ref = (("", "namespaces"), "", obj["metadata"].get("namespace", ""))
+            self._queue.put_nowait(("serviceaccount", namespace_ref))  # the publisher puts it back
         if old is not None:
             for ref in old["metadata"].get("ownerReferences") or []:
                 self.dependents.get(ref["uid"], set()).discard(_ref(key, old))
@@ -131,8 +141,8 @@ class Controllers:
             self._process_owner(rt, obj)
         elif what == "namespace":
             self._finalize_namespace(obj)
-        elif what == "serviceaccount":
-            self._ensure_default_service_account(ref[2])
+        elif what == "serviceaccount" and not obj["metadata"].get("deletionTimestamp"):
+            self.publish_namespace_defaults(ref[2])
         elif what == "pod":
             self.verbs.finish_deletion(rt, ref[1], ref[2])
 
@@ -182,11 +192,23 @@ class Controllers:
                 updated = {**current, "spec": {**current["spec"], "finalizers": []}}
                 self.verbs.update(_BY_KEY[("", "namespaces")], "", name, updated)
 
-    def _ensure_default_service_account(self, namespace: str) -> None:
-        """The serviceaccount controller: every namespace gets a ``default`` ServiceAccount."""
-        sas = _BY_KEY[("", "serviceaccounts")]
+    def publish_namespace_defaults(self, namespace: str) -> None:
+        """What every namespace gets from controllers: a ``default`` ServiceAccount (the serviceaccount
+        controller) and the ``kube-root-ca.crt`` ConfigMap with the cluster CA (the root-ca-cert-publisher,
+        ``pkg/controller/certificates/rootcacertpublisher/publisher.go``: recreated or reset when changed)."""
+        sas, cms = _BY_KEY[("", "serviceaccounts")], _BY_KEY[("", "configmaps")]
         if self.store.get(sas, namespace, "default") is None:
             self.verbs.create(sas, namespace, {"metadata": {"name": "default"}})
+        if not self.root_ca_pem:
+            return
+        data = {"ca.crt": self.root_ca_pem}
+        current = self.store.get(cms, namespace, ROOT_CA_CONFIGMAP)
+        annotations = {"kubernetes.io/description": ROOT_CA_DESCRIPTION}
+        if current is None:
+            body = {"metadata": {"name": ROOT_CA_CONFIGMAP, "annotations": annotations}, "data": data}
+            self.verbs.create(cms, namespace, body)
+        elif current.get("data") != data:
+            self.verbs.update(cms, namespace, ROOT_CA_CONFIGMAP, {**current, "data": data})
 
     # --------------------------------------------------------------- helpers
     def _exists(self, ref: Ref) -> bool:

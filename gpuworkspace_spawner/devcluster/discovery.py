@@ -43,6 +43,7 @@ _SUBRESOURCES: dict[str, tuple[str, str, str, list[str]]] = {
     "portforward": ("", "", "PodPortForwardOptions", ["create", "get"]),
     "binding": ("", "", "Binding", ["create"]),
     "eviction": ("policy", "v1", "Eviction", ["create"]),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest", ["create"]),
     "ephemeralcontainers": ("", "", "Pod", ["get", "patch", "update"]),
 }
 # apiextensions-apiserver lists a CR's verbs in this (unsorted) order

@@ -54,6 +54,7 @@ _PACKAGES = {
     "batch": "k8s.io.api.batch",
     "rbac.authorization.k8s.io": "k8s.io.api.rbac",
     "scheduling.k8s.io": "k8s.io.api.scheduling",
+    "authentication.k8s.io": "k8s.io.api.authentication",
 }
 _INT_OR_STRING_STRING = 1  # intstr.Type: Int = 0, String = 1
 

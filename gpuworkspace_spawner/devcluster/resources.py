@@ -31,7 +31,7 @@ class ResourceType:
     namespaced: bool
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    # served subresources: "status", "log", "exec", "binding", "eviction", "scale"
+    # served subresources: "status", "log", "exec", "binding", "eviction", "scale", "token"
     subresources: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
     singular: str = ""
@@ -86,7 +86,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     _core("endpoints", "Endpoints", short_names=("ep",)),
     _core("secrets", "Secret"),
     _core("configmaps", "ConfigMap", short_names=("cm",)),
-    _core("serviceaccounts", "ServiceAccount", short_names=("sa",)),
+    _core("serviceaccounts", "ServiceAccount", short_names=("sa",), subresources=("token",)),
     _core("persistentvolumeclaims", "PersistentVolumeClaim", short_names=("pvc",), subresources=("status",)),
     _core("persistentvolumes", "PersistentVolume", False, short_names=("pv",), subresources=("status",)),
     _core("resourcequotas", "ResourceQuota", short_names=("quota",), subresources=("status",)),

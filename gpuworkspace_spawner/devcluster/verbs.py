@@ -11,6 +11,7 @@ import base64
 import bisect
 import functools
 import random
+import secrets
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,11 +19,12 @@ from typing import Any
 
 import orjson
 
-from . import errors, jobspec, patching, podsecurity, validation
+from . import errors, jobspec, patching, podsecurity, saadmission, validation
 from .defaults import ClusterIPAllocator, DefaultingContext, apply_defaults, apply_update_defaults
 from .errors import ApiError
 from .quantity import parse_quantity
 from .resources import ResourceType, find
+from .satokens import TokenIssuer
 from .selectors import FieldSelector, LabelSelector
 from .store import Obj, Store
 
@@ -30,6 +32,7 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphab
 _SERVER_OWNED_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
 NAMESPACES = find("", "v1", "namespaces")
 STORAGECLASSES = find("storage.k8s.io", "v1", "storageclasses")
+SERVICEACCOUNTS = find("", "v1", "serviceaccounts")
 _POD_MUTABLE = (
     "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
     "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to "
@@ -87,6 +90,8 @@ class Verbs:
         self.random = random.Random()
         # mutating admission webhooks (e.g. Kueue's Job webhook): called on every create after defaulting
         self.mutating_webhooks: list[Callable[[ResourceType, Obj], None]] = []
+        # TokenRequest and the ServiceAccount token authenticator (the DevCluster keeps the key in its state dir)
+        self.tokens = TokenIssuer(secrets.token_bytes(32))
 
     # ----------------------------------------------------------------- reads
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
@@ -175,6 +180,8 @@ class Verbs:
         if rt.namespaced:
             meta["namespace"] = namespace
         apply_defaults(rt, obj, DefaultingContext(self._default_storage_class(), self.allocate_cluster_ip))
+        if rt.key == ("", "pods"):
+            saadmission.admit_pod(namespace, obj, self._service_account, self.random)
         for webhook in self.mutating_webhooks:
             webhook(rt, obj)
         if rt.key == ("", "pods"):
@@ -184,6 +191,15 @@ class Verbs:
         if dry_run:
             return obj, warnings
         return self.store.put(rt, obj), warnings
+
+    def _service_account(self, namespace: str, name: str) -> Obj | None:
+        """The admission plugin's ``getServiceAccount``: it waits for the ``default`` ServiceAccount the
+        serviceaccount controller makes with the namespace; synchronous here, so it is made now."""
+        assert SERVICEACCOUNTS is not None
+        found = self.store.get(SERVICEACCOUNTS, namespace, name)
+        if found is None and name == saadmission.DEFAULT_SERVICE_ACCOUNT:
+            found, _ = self.create(SERVICEACCOUNTS, namespace, {"metadata": {"name": name}})
+        return found
 
     # ---------------------------------------------------------------- update
     def update(

@@ -39,7 +39,7 @@ from ..errors import ApiError
 from ..podio import ExecContext, LocalDirRuntime
 from ..store import Obj, TypeKey
 from ..verbs import now_rfc3339
-from . import csi, mountns, podenv
+from . import csi, eviction, mountns, podenv
 from .base import Key, SimController, rt_of
 from .context import SimContext
 from .events import record_event
@@ -48,6 +48,7 @@ from .podlaunch import HostInfo
 from .podvolumes import PodVolumes
 from .podworker import PodWorker
 from .procs import ContainerProcess, kill_marked
+from .tokenmanager import TokenManager
 
 log = logging.getLogger(__name__)
 PODS, NODES, LEASES = rt_of("", "pods"), rt_of("", "nodes"), rt_of("coordination.k8s.io", "leases")
@@ -80,6 +81,7 @@ class KubeletConfig:
     mount_timeout_s: float = 120.0  # then a FailedMount "timed out waiting for the condition"
     register_node: bool = False  # create a minimal Node when none exists (the topology usually does)
     lite_pool: bool = True  # lite-singleuser servers share one process per node (sim/lite_pool.py)
+    eviction_interval_s: float = 10.0  # the eviction manager's monitoring period (sim/eviction.py)
 
 
 def micro_time() -> str:
@@ -114,6 +116,7 @@ class Kubelet(SimController):
         self.config = config or KubeletConfig()
         as_root = os.geteuid() == 0
         self.volumes = PodVolumes(self.store, ctx.state_dir, node_name, self._volume_dir, as_root=as_root)
+        self.tokens = TokenManager(self.store, lambda: self.verbs.tokens)
         namespaces, why = mountns.available(sys.executable)
         if not namespaces:
             log.warning(
@@ -265,10 +268,13 @@ class Kubelet(SimController):
 
     def env_sources(self) -> podenv.EnvSources:
         node = self.store.get(NODES, "", self.node) or {}
+        cluster = self.ctx.cluster  # the API server pods reach (None: a bare API emulator in tests)
         return podenv.EnvSources(
             secret=lambda ns, n: self.store.get(SECRETS, ns, n),
             config_map=lambda ns, n: self.store.get(CONFIGMAPS, ns, n),
             node_allocatable=(node.get("status") or {}).get("allocatable") or {},
+            token=self.tokens.token,
+            service_env=podenv.master_service_env(cluster.host, cluster.port) if cluster is not None else {},
         )
 
     def allocate_ip(self, uid: str) -> str:
@@ -286,6 +292,7 @@ class Kubelet(SimController):
         raise RuntimeError(f"{self.node}: no pod IPs left")
 
     def release_ip(self, uid: str) -> None:
+        self.tokens.forget(uid)  # the pod is gone: so are its cached tokens
         if self._ips.pop(uid, None) is not None:
             self._save_state()
 
@@ -374,10 +381,28 @@ class Kubelet(SimController):
 
     # ----------------------------------------------------------- heartbeats
     async def _heartbeats(self) -> None:
+        next_eviction_check = time.monotonic() + self.config.eviction_interval_s
         while True:
             if not self.isolated:
                 self._beat(force_status=False)
-            await asyncio.sleep(self.config.lease_interval_s)
+                if time.monotonic() >= next_eviction_check:
+                    try:
+                        await self._check_evictions()
+                    except Exception:  # the heartbeat must go on
+                        log.exception("devcluster %s: eviction check failed", self.name)
+                    next_eviction_check = time.monotonic() + self.config.eviction_interval_s
+            await asyncio.sleep(min(self.config.lease_interval_s, self.config.eviction_interval_s))
+
+    async def _check_evictions(self) -> None:
+        """The eviction manager's ``synchronize``, for emptyDir ``sizeLimit`` (sim/eviction.py)."""
+        for worker in list(self.workers.values()):
+            pod = worker.last_pod
+            if not worker.sandbox or worker.terminal or worker.terminating or worker.evicted:
+                continue
+            message = await eviction.emptydir_message(pod, self.volumes.pod_dir(pod) / "volumes")
+            if message is not None:
+                log.info("devcluster %s: evicting %s/%s: %s", self.name, worker.ns, worker.name, message)
+                worker.evict(message)
 
     _next_status = 0.0
 

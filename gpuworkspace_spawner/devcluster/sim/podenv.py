@@ -2,7 +2,8 @@
 
 ``envFrom`` first (later sources win), then ``env`` in order, each value with ``$(VAR)`` expansion over
 what is defined so far; ``valueFrom`` resolves fieldRef, resourceFieldRef, secretKeyRef and
-configMapKeyRef through lookups the caller passes. Service-link variables are not generated.
+configMapKeyRef through lookups the caller passes. Of the service-link variables, only the master
+service's (``KUBERNETES_SERVICE_HOST``...) are set, as ``EnvSources.service_env`` gives them.
 Errors carry the kubelet's message (the container then waits with ``CreateContainerConfigError``).
 """
 
@@ -12,7 +13,7 @@ import base64
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -36,6 +37,28 @@ class EnvSources:
     secret: Lookup
     config_map: Lookup
     node_allocatable: Mapping[str, str]  # what resourceFieldRef falls back to without a limit
+    # (pod, projected serviceAccountToken source) -> the token (sim/tokenmanager.py); None: no tokens here
+    token: Callable[[Obj, Obj], bytes] | None = None
+    # the master service's variables (KUBERNETES_SERVICE_HOST, ...) every container gets
+    service_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def master_service_env(host: str, port: int) -> dict[str, str]:
+    """The ``kubernetes`` Service's variables as the kubelet sets them for every container
+    (``getServiceEnvVarMap`` always includes the master service; ``envvars.FromServices`` names them),
+    pointing at the API server the pods reach."""
+    address = f"tcp://{host}:{port}"
+    prefix = f"KUBERNETES_PORT_{port}_TCP"
+    return {
+        "KUBERNETES_SERVICE_HOST": host,
+        "KUBERNETES_SERVICE_PORT": str(port),
+        "KUBERNETES_SERVICE_PORT_HTTPS": str(port),
+        "KUBERNETES_PORT": address,
+        prefix: address,
+        f"{prefix}_PROTO": "tcp",
+        f"{prefix}_PORT": str(port),
+        f"{prefix}_ADDR": host,
+    }
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -77,7 +100,9 @@ def build_env(pod: Obj, container: Obj, sources: EnvSources) -> dict[str, str]:
                 continue  # an optional key that is absent
             env[name] = value
         else:
-            env[name] = expand(str(item.get("value", "")), env)
+            env[name] = expand(str(item.get("value", "")), {**sources.service_env, **env})
+    for name, value in sources.service_env.items():  # service variables never override the container's own
+        env.setdefault(name, value)
     return env
 
 

@@ -6,7 +6,8 @@ kubelet can make mount namespaces (root), ``sim/nslaunch.py`` binds each entry a
 container's process (``sim/mountns.py``); otherwise the table is passed as ``GPUWORKSPACE_MOUNTS`` (JSON) and
 used to translate the working dir, ``HOME`` and a Jupyter root dir.
 
-- secret, configMap, downwardAPI, projected (serviceAccountToken: a fake token file) →
+- secret, configMap, downwardAPI, projected (serviceAccountToken: a TokenRequest bound to the pod, by the
+  kubelet's token manager, ``sim/tokenmanager.py``) →
   ``pods/<ns>/<pod>/volumes/<name>/``, written by the kubelet's atomic writer (``sim/atomicwriter.py``) at
   pod start and again whenever the source changes (:meth:`PodVolumes.refresh`); mounted read-only, as the
   kubelet does since 1.11;
@@ -39,6 +40,7 @@ from ..store import Obj, Store
 from . import atomicwriter, podenv
 from .base import rt_of
 from .csi import DRIVERS
+from .tokenmanager import TokenError
 
 log = logging.getLogger(__name__)
 PVCS = rt_of("", "persistentvolumeclaims")
@@ -297,8 +299,7 @@ def _contents(pod: Obj, name: str, kind: str, spec: Obj, sources: podenv.EnvSour
         files: Files = {}
         for src in spec.get("sources") or []:
             if "serviceAccountToken" in src:
-                token = f"devcluster-fake-token.{pod['metadata'].get('uid', '')}".encode()
-                files[src["serviceAccountToken"]["path"]] = (token, default_mode)
+                files[src["serviceAccountToken"]["path"]] = (_token(pod, name, src, sources), default_mode)
             for sub in ("secret", "configMap", "downwardAPI"):
                 if sub in src:
                     files.update(
@@ -318,6 +319,17 @@ def _contents(pod: Obj, name: str, kind: str, spec: Obj, sources: podenv.EnvSour
             out[item["path"]] = (value.encode(), int(item.get("mode", default_mode)))
         return out
     return _keyed(pod, name, kind, spec, sources, default_mode)
+
+
+def _token(pod: Obj, name: str, src: Obj, sources: podenv.EnvSources) -> bytes:
+    """A projected serviceAccountToken: a TokenRequest bound to the pod (``sim/tokenmanager.py``)."""
+    try:
+        if sources.token is None:
+            raise TokenError("failed to fetch token: this node has no token manager")
+        return sources.token(pod, src["serviceAccountToken"])
+    except TokenError as exc:
+        msg = f'MountVolume.SetUp failed for volume "{name}" : {exc}'
+        raise VolumeNotReady(msg, event=msg) from exc
 
 
 def _keyed(pod: Obj, name: str, kind: str, spec: Obj, sources: podenv.EnvSources, mode: int) -> Files:

@@ -87,6 +87,7 @@ class PodWorker:
         self.gpu_env: dict[str, dict[str, str]] = {}
         self.admitted = self.terminal = self.terminating = False
         self.waiting_attach = False
+        self.evicted = ""  # the eviction manager's message, once it evicts the pod (sim/eviction.py)
         self.puller = ImagePuller(agent)
         self._written: Obj | None = None
         self._mount_since = 0.0
@@ -151,6 +152,9 @@ class PodWorker:
     async def _sync(self, pod: Obj) -> float | None:
         if self.terminal:
             return None
+        if self.evicted:
+            await self._kill_evicted(pod)
+            return None
         if not self.admitted:
             self.admitted = self._admit(pod)
             if not self.admitted:
@@ -182,6 +186,8 @@ class PodWorker:
             policy=policy,
             terminal=terminal,
         )
+        if self.evicted:  # evictPod's status: Failed, reason Evicted, the manager's message
+            status.update(phase="Failed", reason="Evicted", message=self.evicted)
         if status != self._written and self.k.write_status(pod, status):
             self._written = status
         if status["phase"] in TERMINAL and not self.terminal:
@@ -502,6 +508,28 @@ class PodWorker:
         elif not self.k.isolated:
             self.k.volumes.cleanup(source)
         self.k.release_ip(self.uid)
+
+    def evict(self, message: str) -> None:
+        """The eviction manager's ``evictPod``: the pod's containers are killed and it ends ``Failed``."""
+        if not self.evicted and not self.terminal:
+            self.evicted = message
+            self.k.record(self.last_pod, "Warning", "Evicted", message)
+            self.wake()
+
+    async def _kill_evicted(self, pod: Obj) -> None:
+        """``killPodFunc`` with grace period 0: SIGKILL, wait for the exits, then the terminal status."""
+        for prober in self.probers.values():
+            prober.cancel()
+        for name, proc in self.procs.items():
+            if proc.running:
+                self.k.record(pod, "Normal", "Killing", f"Stopping container {name}")
+                proc.signal(signal.SIGKILL)
+        for proc in list(self.procs.values()):
+            await proc.finish()
+        await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        for run in self.runs.values():
+            run.waiting = None  # nothing restarts: the pod is over
+        self.flush(terminal=True)
 
     async def _sleep_until_exit(self, procs: list[ContainerProcess], limit_s: float) -> None:
         waits = [asyncio.ensure_future(p.exited.wait()) for p in procs if p.running]

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from gpuworkspace_spawner.devcluster.sim import images, mountns
 from gpuworkspace_spawner.devcluster.sim.hubrun import rebind
@@ -32,10 +33,16 @@ from .test_kubelet import (
     http_get,
     sim,  # noqa: F401 -- the fixture: a DevCluster with one kubelet
 )
+from .test_pod_identity import grant, secure  # noqa: F401 -- secure: the TLS + RBAC fixture
+from .test_pod_identity import log_has as identity_log
 
 Obj = dict[str, Any]
 NAMESPACES, WHY = mountns.available(sys.executable)
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"no mount namespaces here: {WHY}")
+Z2JH_HUB_ROLE = Path(__file__).parents[2] / "e2e_rbac" / "z2jh-hub-role.yaml"  # z2jh's hub Role, verbatim
+Z2JH_HUB_RULES = next(d for d in yaml.safe_load_all(Z2JH_HUB_ROLE.read_text()) if d["kind"] == "Role")[
+    "rules"
+]
 
 
 async def pod_log(sim: Sim, name: str) -> str:
@@ -235,7 +242,7 @@ async def test_emptydir_memory_downward_api_token_and_the_host_untouched(sim: Si
         },
     }
     sim.verbs.create(PODS, "default", body)
-    text = await log_has(sim, "misc", "fs=tmpfs", 'app="misc"', "devcluster-fake-token", "layer-ok")
+    text = await log_has(sim, "misc", "fs=tmpfs", 'app="misc"', "eyJ", "layer-ok")  # a JWT: the bound token
     assert "No space left on device" in text and "size=1048576" in text  # sizeLimit: 1 MiB of the 2 written
     assert "changed" in text and outside.read_text() == "host\n"  # a copy in its own layer, never the host's
     assert "/srv/app\nhome=/root\n" in text.replace("\r", "")  # workingDir made, busybox's HOME
@@ -284,11 +291,12 @@ async def test_jupyterhub_image_with_a_mounted_config_is_ready_on_8081(sim: Sim)
 
 
 @needs_namespaces
-async def test_kubespawner_in_the_hub_pod_starts_a_server_that_reaches_the_hub(
-    sim: Sim, tmp_path: Path
-) -> None:
-    """The z2jh layout: the hub runs in a pod, KubeSpawner (kubeconfig from a Secret) starts a single-user
-    pod, whose jupyterhub-singleuser reaches the hub at the hub pod's IP (it exits when it cannot)."""
+async def test_kubespawner_in_the_hub_pod_starts_a_server_that_reaches_the_hub(secure: Sim) -> None:
+    """The z2jh layout: the hub runs in a pod as its own ServiceAccount (the token the admission plugin
+    mounts, RBAC from a Role bound to it, ``load_incluster_config`` over TLS); KubeSpawner starts a
+    single-user pod, whose jupyterhub-singleuser reaches the hub at the hub pod's IP (it exits when it
+    cannot)."""
+    sim = secure
     token = "tester-token-0123456789"
     config = (
         'c.JupyterHub.hub_bind_url = "http://:8081"\n'
@@ -302,35 +310,26 @@ async def test_kubespawner_in_the_hub_pod_starts_a_server_that_reaches_the_hub(
         'c.JupyterHub.load_roles = [{"name": "tester", "scopes": ["admin:users", "admin:servers"], '
         '"services": ["tester"]}]\n'
     )
-    kubeconfig = sim.cluster.write_kubeconfig(tmp_path / "kubeconfig", "hub", "unused").read_bytes()
     sim.verbs.create(
         CONFIGMAPS, "default", {"metadata": {"name": "hub"}, "data": {"jupyterhub_config.py": config}}
     )
-    sim.verbs.create(
-        SECRETS,
-        "default",
-        {"metadata": {"name": "hub-kube"}, "data": {"config": base64.b64encode(kubeconfig).decode()}},
-    )
+    grant(sim, "hub", Z2JH_HUB_RULES)
     container = {
         "name": "hub",
         "image": "quay.io/jupyterhub/jupyterhub:5.3",
         "args": ["jupyterhub", "--config", "/usr/local/etc/jupyterhub/jupyterhub_config.py"],
-        "env": [{"name": "KUBECONFIG", "value": "/etc/kube/config"}],
         "readinessProbe": {"httpGet": {"path": "/hub/health", "port": 8081}, "periodSeconds": 1},
         "volumeMounts": [
             {
                 "name": "config",
                 "mountPath": "/usr/local/etc/jupyterhub/jupyterhub_config.py",
                 "subPath": "jupyterhub_config.py",
-            },
-            {"name": "kube", "mountPath": "/etc/kube", "readOnly": True},
+            }
         ],
     }
-    volumes = [
-        {"name": "config", "configMap": {"name": "hub"}},
-        {"name": "kube", "secret": {"secretName": "hub-kube"}},
-    ]
-    sim.create_pod("hub", [container], volumes=volumes)
+    volumes = [{"name": "config", "configMap": {"name": "hub"}}]
+    hub = sim.create_pod("hub", [container], volumes=volumes, serviceAccountName="hub")
+    assert any(v["name"].startswith("kube-api-access-") for v in hub["spec"]["volumes"])
     await eventually(lambda: sim.condition("hub", "Ready") == "True", 60, "hub Ready")
     hub_ip = sim.pod("hub")["status"]["podIP"]  # type: ignore[index]
     api = f"http://{hub_ip}:8081/hub/api"
@@ -353,5 +352,11 @@ async def test_kubespawner_in_the_hub_pod_starts_a_server_that_reaches_the_hub(
     assert pod is not None and pod["status"]["phase"] == "Running"
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["JUPYTERHUB_API_URL"] == f"http://{hub_ip}:8081/hub/api"  # the hub pod's own address
-    log = await pod_log(sim, "jupyter-alice")
-    assert "Failed to connect to my Hub" not in log and "Starting jupyterhub" in log
+    assert not pod["spec"].get("automountServiceAccountToken", True)  # KubeSpawner's pods get no token
+    log = await identity_log(sim, "jupyter-alice", "Starting jupyterhub")
+    assert "Failed to connect to my Hub" not in log
+    hub_user = "system:serviceaccount:default:hub"  # the hub's own identity created the pod
+    assert any(
+        r.user == hub_user and r.verb == "create" and r.resource == "pods" and r.status == 201
+        for r in sim.cluster.api.request_log
+    )
