@@ -10,10 +10,6 @@ of its rows must
 - name at least one test as ``tests/….py::test_name`` in "Held by", and every named test must be a
   function (module level or in a class) of that file.
 
-Rows marked ``<!-- satoken -->`` describe behaviour another change is adding (ServiceAccount tokens,
-emptyDir ``sizeLimit`` eviction). For those rows, and only while the named test FILE does not exist,
-the test-existence check is skipped; once the file exists its functions are checked like any other.
-Their citations are always checked.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 LEDGER = REPO / "docs" / "explanation" / "devcluster-fidelity.md"
 HEADER = "Behaviour the product relies on"
 COLUMNS = (HEADER, "Product", "Checked against", "Simulated by", "Held by")
-SATOKEN = "<!-- satoken -->"
 COMPONENTS = (
     "API server",
     "Scheduler",
@@ -56,10 +51,6 @@ class Row:
     line: int
     section: str
     cells: dict[str, str]
-
-    @property
-    def satoken(self) -> bool:
-        return SATOKEN in self.cells[HEADER]
 
     @property
     def tests(self) -> list[tuple[str, str]]:
@@ -128,8 +119,7 @@ def row_problems(row: Row, repo: Path = REPO) -> list[str]:
     for file, function in row.tests:
         path = repo / file
         if not path.exists():
-            if not row.satoken:
-                problems.append(f"{where}: {file} does not exist")
+            problems.append(f"{where}: {file} does not exist")
             continue
         if function not in _functions(path):
             problems.append(f"{where}: {file} has no function {function}")
@@ -182,11 +172,6 @@ def _row(behaviour: str = "Volumes at their mountPath", source: str = _GOOD_SOUR
             id="missing-test",
         ),
         pytest.param(
-            _row(behaviour=f"{SATOKEN} Tokens", held="`tests/test_docs_fidelity.py::test_not_there`"),
-            "has no function test_not_there",
-            id="satoken-file-exists-so-checked",
-        ),
-        pytest.param(
             _row().replace("`sim/nslaunch.py`", "`sim/no_such_module.py`"),
             "is not in the tree",
             id="unknown-module",
@@ -197,16 +182,6 @@ def test_the_check_names_what_is_wrong(row: str, problem: str) -> None:
     (parsed,) = ledger_rows(_TABLE + row)
     problems = row_problems(parsed)
     assert len(problems) == 1 and problem in problems[0] and "line 5 (Kubelet" in problems[0]
-
-
-def test_a_satoken_rows_test_is_skipped_only_while_its_file_is_missing() -> None:
-    held = "`tests/devcluster/sim/test_not_written_yet.py::test_tokens`"
-    (marked,) = ledger_rows(_TABLE + _row(behaviour=f"{SATOKEN} Tokens", held=held))
-    assert row_problems(marked) == []
-    (unmarked,) = ledger_rows(_TABLE + _row(held=held))
-    assert row_problems(unmarked) == [
-        "line 5 (Kubelet: 'Volumes at their mountPath'): tests/devcluster/sim/test_not_written_yet.py does not exist"
-    ]
 
 
 def test_a_malformed_table_is_refused_with_its_line() -> None:
