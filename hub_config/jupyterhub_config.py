@@ -410,6 +410,12 @@ def _notebook_jobs_in_jupyterlab(jobs_url: str) -> None:
     ]
     c.KubeSpawner.environment = {**dict(c.KubeSpawner.get("environment", {})), "GPUWS_JOBS_URL": jobs_url}
     backend = "gpuworkspace_spawner.scheduler.backend"
+    # KubeSpawner passes args only with an explicit cmd (get_pod_manifest: "Ignoring arguments when
+    # using implicit command from image"); jupyterhub-singleuser is z2jh's default singleuser.cmd, and
+    # what docker-stacks' start-notebook.py runs under a hub. It is the container's args: the image's
+    # entrypoint (tini, start.sh) stays.
+    if not c.KubeSpawner.get("cmd"):
+        c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
     c.KubeSpawner.args = [
         *list(c.KubeSpawner.get("args", [])),
         f"--SchedulerApp.scheduler_class={backend}.GPUWorkspaceScheduler",
