@@ -147,7 +147,9 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(tmp_path, f"{pkg}/scheduler/__init__.py")
     _write(tmp_path, f"{pkg}/scheduler/mapping.py", "import tornado.escape\n")
     _write(tmp_path, f"{pkg}/scheduler/backend.py", "from gpuworkspace_spawner.k8s import client\n")
-    _write(tmp_path, f"{pkg}/services/jobs/__init__.py", "from gpuworkspace_spawner.scheduler import mapping\n")
+    _write(
+        tmp_path, f"{pkg}/services/jobs/__init__.py", "from gpuworkspace_spawner.scheduler import mapping\n"
+    )
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(
