@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 
 # Modules type-checked strictly (setup.cfg [mypy-...] sections); only those that exist are passed.
 STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle gpuworkspace_spawner/catalog \
-	gpuworkspace_spawner/jobs \
+	gpuworkspace_spawner/jobs gpuworkspace_spawner/scheduler/mapping.py \
 	gpuworkspace_spawner/services/attribution gpuworkspace_spawner/agent \
 	gpuworkspace_spawner/services/culler/model.py gpuworkspace_spawner/services/culler/policy.py \
 	gpuworkspace_spawner/services/culler/precedence.py \

@@ -390,6 +390,38 @@ def _register_jobs_service() -> None:
     role = {"name": "gpuworkspace-jobs", "scopes": ["read:users:groups"], "services": ["gpuworkspace-jobs"]}
     _add_service(service, roles=(role,))
     _let_users_open("gpuworkspace-jobs")
+    _notebook_jobs_in_jupyterlab(f"http://127.0.0.1:{PUBLIC_PORT}/services/gpuworkspace-jobs/api/v1")
+
+
+def _notebook_jobs_in_jupyterlab(jobs_url: str) -> None:
+    """JupyterLab's "Create Notebook Job" (jupyter-scheduler) submits to the jobs API
+    (docs/how-to/notebook-jobs.md): our backend in the single-user server, its URL, and the one scope
+    the server's own token needs to call it.
+
+    Spawner.server_token_scopes: JupyterHub 4+ gives $JUPYTERHUB_API_TOKEN the `server` role's scopes
+    (users:activity!user, access:servers!server) unless this is set, and only those of the requested
+    scopes the user holds (every user holds access:services!service=gpuworkspace-jobs above). The
+    service accepts the token for that user's own jobs only. Nothing broader: not `inherit`.
+    """
+    c.KubeSpawner.server_token_scopes = [
+        "users:activity!user",
+        "access:servers!server",
+        "access:services!service=gpuworkspace-jobs",
+    ]
+    c.KubeSpawner.environment = {**dict(c.KubeSpawner.get("environment", {})), "GPUWS_JOBS_URL": jobs_url}
+    backend = "gpuworkspace_spawner.scheduler.backend"
+    # KubeSpawner passes args only with an explicit cmd (get_pod_manifest: "Ignoring arguments when
+    # using implicit command from image"); jupyterhub-singleuser is z2jh's default singleuser.cmd, and
+    # what docker-stacks' start-notebook.py runs under a hub. It is the container's args: the image's
+    # entrypoint (tini, start.sh) stays.
+    if not c.KubeSpawner.get("cmd"):
+        c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
+    c.KubeSpawner.args = [
+        *list(c.KubeSpawner.get("args", [])),
+        f"--SchedulerApp.scheduler_class={backend}.GPUWorkspaceScheduler",
+        f"--SchedulerApp.environment_manager_class={backend}.JobProfiles",
+        f"--SchedulerApp.job_files_manager_class={backend}.JobOutputs",
+    ]
 
 
 def _register_reclaimer() -> None:

@@ -5,7 +5,7 @@
 #      `apt-get update` only when something has to be installed. Needs root (or password-less
 #      sudo); otherwise prints what to install and carries on.
 #   2. .venv with Python >= 3.11, created when missing.
-#   3. `pip install -e .[devcluster,test,docs,lint]` when setup.cfg / pyproject.toml changed since
+#   3. `pip install -e .[devcluster,test,docs,lint,scheduler]` when setup.cfg / pyproject.toml changed since
 #      the last successful install (stamp: .venv/.bootstrap-stamp).
 #   4. configurable-http-proxy into ./node_modules with `npm ci` from the committed
 #      package-lock.json, when it changed (stamp: node_modules/.bootstrap-stamp).
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$(pwd)"
 VENV="$ROOT/.venv"
-EXTRAS="devcluster,test,docs,lint"
+EXTRAS="devcluster,test,docs,lint,scheduler"
 APT_PACKAGES_WANTED=(chromium)
 did=()
 

@@ -144,6 +144,12 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(tmp_path, f"{pkg}/agent/__init__.py", "from gpuworkspace_spawner.k8s import client\n")
     _write(tmp_path, f"{pkg}/services/disks/__init__.py")
     _write(tmp_path, f"{pkg}/services/disks/owndisks.py", "import tornado.web\n")
+    _write(tmp_path, f"{pkg}/scheduler/__init__.py")
+    _write(tmp_path, f"{pkg}/scheduler/mapping.py", "import tornado.escape\n")
+    _write(tmp_path, f"{pkg}/scheduler/backend.py", "from gpuworkspace_spawner.k8s import client\n")
+    _write(
+        tmp_path, f"{pkg}/services/jobs/__init__.py", "from gpuworkspace_spawner.scheduler import mapping\n"
+    )
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(
@@ -157,7 +163,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     )
     out = " ".join(result.stdout.split())  # the report wraps long lines
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "0 kept, 8 broken" in out, out
+    assert "0 kept, 11 broken" in out, out
     for expected in (
         # forbidden: indirect, through services
         "gpuworkspace_spawner.manifests.pod -> gpuworkspace_spawner.services.culler",
@@ -171,5 +177,8 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         "gpuworkspace_spawner.agent is not allowed to import gpuworkspace_spawner.k8s",
         "gpuworkspace_spawner.services.culler.policy is not allowed to import tornado",
         "gpuworkspace_spawner.services.disks.owndisks is not allowed to import tornado",
+        "gpuworkspace_spawner.scheduler.mapping is not allowed to import tornado",
+        "gpuworkspace_spawner.scheduler is not allowed to import gpuworkspace_spawner.k8s",
+        "gpuworkspace_spawner.services.jobs -> gpuworkspace_spawner.scheduler.mapping",
     ):
         assert expected in out, f"{expected!r} not reported:\n{result.stdout}"

@@ -218,6 +218,27 @@ def test_the_chart_registers_the_services_with_their_tokens_and_roles(
 
 
 @pytest.mark.parametrize("files", COMBOS)
+def test_workspaces_submit_notebook_jobs_with_their_own_token(files: tuple[Path, ...], chart: Any) -> None:
+    """JupyterLab's notebook jobs: the server's token gets the jobs service's access scope and nothing
+    broader, the server uses our jupyter-scheduler backend, and knows the jobs API's in-cluster URL."""
+    _, c = chart(user_values(*files), CLUSTER_ENV)
+    assert sorted(c.KubeSpawner.server_token_scopes) == [
+        "access:servers!server",
+        "access:services!service=gpuworkspace-jobs",
+        "users:activity!user",
+    ]
+    backend = "gpuworkspace_spawner.scheduler.backend"
+    assert f"--SchedulerApp.scheduler_class={backend}.GPUWorkspaceScheduler" in c.KubeSpawner.args
+    url = urlparse(c.KubeSpawner.environment["GPUWS_JOBS_URL"])
+    service = next(
+        d for _, d in manifests() if d["kind"] == "Service" and d["metadata"]["name"] == "gpuworkspace-jobs"
+    )
+    assert url.hostname == f"gpuworkspace-jobs.{service['metadata']['namespace']}"
+    assert url.port in {p["port"] for p in service["spec"]["ports"]}
+    assert url.path == "/services/gpuworkspace-jobs/api/v1"
+
+
+@pytest.mark.parametrize("files", COMBOS)
 def test_every_deployment_token_is_one_the_chart_generates(files: tuple[Path, ...], chart: Any) -> None:
     hub, _ = chart(user_values(*files), CLUSTER_ENV)
     for name, container in deployments().items():

@@ -3,7 +3,8 @@
 The environment is the image's (``PATH``, ``HOME``, ``LANG``…) under the container's own (``env``,
 ``envFrom``), plus ``HOSTNAME`` = pod name, ``GPUWORKSPACE_MOUNTS`` (JSON container path → host dir) and
 ``GPUWORKSPACE_ROOT`` (the container's root dir on the host). ``PATH`` gets this interpreter's bin dir in
-front; a KubeVirt launcher's guest and JupyterHub's image get ``PYTHONPATH`` = this package's root.
+front; a KubeVirt launcher's guest, JupyterHub's image and the Jupyter server of a single-user image get
+``PYTHONPATH`` = this package's root.
 Jupyter servers are bound to the pod IP (see ``images.server_args``); ``$(VAR)`` references in command and
 args are expanded as Kubernetes does.
 
@@ -78,7 +79,9 @@ def plan(
         GPUWORKSPACE_ROOT=str(mounts.root),
     )
     args = cmd.args
-    if image.kind in ("launcher", "hub"):
+    # the workspace image has this package installed (its jupyter-scheduler backend, the scheduler
+    # extra), as the hub image has: a devcluster started from a checkout runs that checkout's code
+    if image.kind in ("launcher", "hub") or (image.kind == "notebook" and cmd.server):
         env["PYTHONPATH"] = ":".join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
     if image.kind == "launcher":
         env["POD_IP"] = pod_ip

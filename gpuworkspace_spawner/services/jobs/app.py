@@ -68,6 +68,11 @@ class JobHandler(JobsApiHandler):
         self.reply(await self.ops.cancel(self.caller, name))
 
 
+class ProfilesHandler(JobsApiHandler):
+    async def get(self) -> None:
+        self.reply({"items": await self.ops.profiles(self.caller)})
+
+
 class LogsHandler(JobsApiHandler):
     async def get(self, name: str) -> None:
         text = await self.ops.logs(self.caller, name)
@@ -82,6 +87,7 @@ def make_app(ops: JobOperations, hub_auth: Any, prefix: str) -> web.Application:
         (url_path_join(api, "jobs"), JobsHandler, common),
         (url_path_join(api, rf"jobs/{NAME}"), JobHandler, common),
         (url_path_join(api, rf"jobs/{NAME}/logs"), LogsHandler, common),
+        (url_path_join(api, "profiles"), ProfilesHandler, common),
     ]
     return web.Application(routes, hub_auth=hub_auth, cookie_secret=os.urandom(32))
 

@@ -30,6 +30,7 @@ from ...jobs.manifests import (
     build_job,
     owned_by,
 )
+from ...jobs.offer import usable_profiles
 from ...jobs.state import job_view
 from ...jobs.submission import Request, SubmissionError, check_submission, job_name
 from ...k8s import Conflict, KubernetesError, NotFound, batch, gateway, storage
@@ -255,6 +256,13 @@ class JobOperations:
                 log.error("Undoing a failed submission: %s (delete it by hand)", exc)
 
     # ------------------------------------------------------------------------ read
+    async def profiles(self, caller: Obj) -> list[Obj]:
+        """The job profiles the caller may submit to (none for a service: jobs run as users)."""
+        if caller.get("kind", "user") != "user":
+            return []
+        user = str(caller.get("name", ""))
+        return usable_profiles(self.catalog.current(), user=user, groups=await self._groups(caller))
+
     async def _workloads(self) -> dict[str, Obj]:
         items = await batch.list_workloads(self.api, self.settings.namespace, request_timeout=self._rt)
         return {str((w["metadata"].get("labels") or {}).get(batch.JOB_UID_LABEL)): w for w in items}
