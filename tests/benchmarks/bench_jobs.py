@@ -18,10 +18,12 @@ copy of ``hub_config/catalog``.
    admitted it, the Job controller made the pod, it was scheduled and started). ``kubectl``: ``kubectl
    create -f -`` of the Job the service built in a first, uncounted submission (read back from the watch
    history as it was created: suspended, queue label; the server-generated selector dropped), its code
-   claim a copy restored before the timer from a snapshot of the same disk; then the same polling. A
-   first cycle of each is not counted; then N cycles each, interleaved (api, kubectl, api, ...). After
-   each, the job is cancelled (``DELETE /api/v1/jobs/{name}``, or ``kubectl delete job``) and its pods
-   waited for. The headline is the ratio of the p50s, api / kubectl.
+   claim a copy restored before the timer from a snapshot of the same disk; then the same polling.
+   ``direct``: the same Job POSTed straight to the API server from here (no kubectl process start).
+   A first cycle of api and kubectl is not counted; then N cycles each, interleaved (api, kubectl,
+   direct, api, ...). After each, the job is cancelled (``DELETE /api/v1/jobs/{name}``, ``kubectl
+   delete job``, or a DELETE) and its pods waited for. The headline is the ratio of the p50s, api /
+   kubectl; ``answer`` is the time until the POST (or kubectl create) returned.
 2. Requests per job: the jobs service's own Kubernetes API requests (request log, by its user) for the
    submit, one ``GET /api/v1/jobs/{name}`` while it runs, and the cancel, by verb and resource; against
    kubectl's for its create and delete. And the store writes of a whole cycle (the cluster-wide
@@ -91,6 +93,7 @@ spec:
 LABEL_JOB = "gpuworkspace.dev/job"
 PEER_SNAPSHOT, PEER_CLAIM = "bench-kubectl-code", "bench-kubectl-code"
 SNAPSHOTS = f"/apis/snapshot.storage.k8s.io/v1/namespaces/{NS}/volumesnapshots"
+JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
@@ -113,6 +116,7 @@ class Cycle:
     cancel_s: float
     requests: dict[str, list[dict[str, Any]]]  # phase -> the requests of the submitter (service or kubectl)
     rv: tuple[int, int]  # the store's resourceVersion before and after
+    answered_s: float = 0.0  # submit → the POST (or kubectl create) answered
 
     @property
     def writes(self) -> int:
@@ -151,6 +155,8 @@ class Bench:
         self.dc.requests_log(clear=True)
         if who == "kubectl":
             return [r for r in records if r["user_agent"].startswith("kubectl")]
+        if who == "direct":
+            return []  # this benchmark's own requests (1 create, 1 delete), which the log leaves out
         return [r for r in records if r["user"] == SA_USER]
 
 
@@ -162,7 +168,7 @@ def api_cycle(b: Bench) -> Cycle:
     status, view = call(b.base, b.token, "POST", "/jobs", body)
     if status != 201:
         raise RuntimeError(f"POST /jobs answered {status}: {view}")
-    name = view["name"]
+    name, answered = view["name"], time.perf_counter()
     b.wait_running(name)
     running = time.perf_counter()
     requests = {"submit": b.log("service")}
@@ -177,25 +183,36 @@ def api_cycle(b: Bench) -> Cycle:
     b.wait_gone(name)
     gone = time.perf_counter()
     requests["cancel"] = b.log("service")
-    return Cycle("api", name, running - started, gone - cancelling, requests, (rv0, jc.store_rv(b.dc)))
+    rv = (rv0, jc.store_rv(b.dc))
+    return Cycle("api", name, running - started, gone - cancelling, requests, rv, answered - started)
 
 
-def kubectl_cycle(b: Bench, i: int) -> Cycle:
-    name = f"bench-kubectl-{i}"
+def peer_cycle(b: Bench, i: int, via: str) -> Cycle:
+    """The service's Job created again (``via``: ``kubectl`` create, or a ``direct`` POST from here), run,
+    deleted (``kubectl delete job``, or a DELETE with background propagation)."""
+    name = f"bench-{via}-{i}"
     manifest = jc.job_as_created(b.peer_job, name, {b.code_claim: PEER_CLAIM}, {LABEL_JOB: name})
     rv0 = jc.store_rv(b.dc)
     b.dc.requests_log(clear=True)
     started = time.perf_counter()
-    b.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    if via == "kubectl":
+        b.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    else:
+        jc.write(b.dc, "POST", JOBS, manifest)
+    answered = time.perf_counter()
     b.wait_running(name)
     running = time.perf_counter()
-    requests = {"submit": b.log("kubectl")}
+    requests = {"submit": b.log(via)}
     cancelling = time.perf_counter()
-    b.kubectl("delete", "job", name)
+    if via == "kubectl":
+        b.kubectl("delete", "job", name)
+    else:
+        jc.write(b.dc, "DELETE", f"{JOBS}/{name}", {"propagationPolicy": "Background"})
     b.wait_gone(name)
     gone = time.perf_counter()
-    requests["cancel"] = b.log("kubectl")
-    return Cycle("kubectl", name, running - started, gone - cancelling, requests, (rv0, jc.store_rv(b.dc)))
+    requests["cancel"] = b.log(via)
+    rv = (rv0, jc.store_rv(b.dc))
+    return Cycle(via, name, running - started, gone - cancelling, requests, rv, answered - started)
 
 
 def first_api_cycle(b: Bench) -> Cycle:
@@ -240,6 +257,7 @@ class Admission:
     pods_s: float = 0.0  # quota raised → Q Jobs have pods
     admit_cpu_s: float = 0.0
     writes: Counter[str] = field(default_factory=Counter)  # store writes, quota raised → Q pods
+    total_writes: int = 0  # the resourceVersion's rise in that window (every type)
     logged_writes: int = 0  # writes the request log saw in that window
     unsuspended: int = 0
 
@@ -279,8 +297,7 @@ def admission(dc: Devcluster, pending: int, quota: int) -> Admission:
     result = Admission(pending, quota)
     cpu, started = jc.cpu_seconds(pid), time.perf_counter()
     with ThreadPoolExecutor(8) as pool:
-        jobs = f"/apis/batch/v1/namespaces/{NS}/jobs"
-        list(pool.map(lambda i: jc.write(dc, "POST", jobs, pending_job(i)), range(pending)))
+        list(pool.map(lambda i: jc.write(dc, "POST", JOBS, pending_job(i)), range(pending)))
     result.create_s = time.perf_counter() - started
     all_pending = lambda: status().get("pendingWorkloads") == pending  # noqa: E731
     wait_for(all_pending, 600, f"{pending} workloads pending", dc.proc, interval_s=0.05)
@@ -304,7 +321,7 @@ def admission(dc: Devcluster, pending: int, quota: int) -> Admission:
     result.pods_s, result.admit_cpu_s = time.perf_counter() - started, jc.cpu_seconds(pid) - cpu
     rv1 = jc.store_rv(dc)
     result.logged_writes = sum(1 for r in dc.requests_log() if r["verb"] in WRITES)
-    result.writes = jc.writes_by_resource(dc, rv0, rv1)
+    result.writes, result.total_writes = jc.writes_by_resource(dc, rv0, rv1), rv1 - rv0
     listed = jc.get_json(
         dc, f"/apis/batch/v1/namespaces/{NS}/jobs?labelSelector={jc.QUEUE_LABEL}%3Dbench-admission"
     )
@@ -357,19 +374,26 @@ def median(values: list[float]) -> float:
 
 
 def print_cycles(cycles: dict[str, list[Cycle]]) -> None:
-    head = f"{'path':<8} {'n':>3} {'→running p50':>12} {'p95':>6} {'cancel p50':>10} {'requests':>8} {'store writes':>12}"
+    head = f"{'path':<8} {'n':>3} {'answer p50':>10} {'→running p50':>12} {'p95':>6} {'cancel p50':>10} {'requests':>8} {'store writes':>12}"
     print(f"\n{head}\n{'-' * len(head)}")
     for path, runs in cycles.items():
         times = [c.running_s for c in runs]
         print(
-            f"{path:<8} {len(runs):>3} {median(times):>11.2f}s {pct(times, 0.95):>5.2f}s "
-            f"{median([c.cancel_s for c in runs]):>9.2f}s {median([c.request_count for c in runs]):>8.0f} "
+            f"{path:<8} {len(runs):>3} {median([c.answered_s for c in runs]):>9.2f}s {median(times):>11.2f}s {pct(times, 0.95):>5.2f}s "
+            f"{median([c.cancel_s for c in runs]):>9.2f}s "
+            f"{'-' if path == 'direct' else f'{median([c.request_count for c in runs]):.0f}':>8} "
             f"{median([c.writes for c in runs]):>12.0f}"
         )
-    print("(requests: the submitter's own, median per cycle: the jobs service's, or kubectl's; store writes:")
+    print("(answer: until the POST or kubectl create returned; →running: until the Job's pod ran)")
+    print(
+        "(requests: the submitter's own, median per cycle: the jobs service's, or kubectl's (direct: one create"
+    )
+    print(" and one delete by construction); store writes:")
     print(" the cluster-wide resourceVersion's rise over the cycle, every writer)")
     for path, runs in cycles.items():
         last = runs[-1]
+        if path == "direct":
+            continue
         print(f"\n{path}, requests of the last cycle ({last.name}):")
         for phase, records in last.requests.items():
             print(f"  {phase:<7} {len(records):>3}: {kinds(records)}")
@@ -386,10 +410,11 @@ def print_admission(a: Admission) -> None:
         f"  quota raised → {a.quota} Jobs have pods         {a.pods_s:7.2f} s   devcluster CPU {a.admit_cpu_s:.2f} s"
     )
     print(f"  Jobs unsuspended: {a.unsuspended} of {a.pending} (quota {a.quota})")
-    total = sum(a.writes.values())
+    total = a.total_writes
     print(
         f"  store writes (resourceVersion bumps) until the pods: {total}: "
         + ", ".join(f"{n} {k}" for k, n in a.writes.most_common())
+        + f" (other types: {total - sum(a.writes.values())})"
     )
     print(
         f"  writes in the API request log in that window: {a.logged_writes} (Kueue and the Job controller run in-process)"
@@ -399,14 +424,21 @@ def print_admission(a: Admission) -> None:
 def emit(cycles: dict[str, list[Cycle]], a: Admission | None) -> None:
     peer = "kubectl create of the same queued Job (the one the service built), same devcluster, interleaved"
 
-    def pair(figure: str, of: Callable[[Cycle], float], unit: str = "", q: float = 0.5) -> bench_report.Row:
-        api, kube = ([of(c) for c in cycles[p]] for p in ("api", "kubectl"))
+    direct = "a POST of the same Job straight to the API server (no kubectl process), same run"
+
+    def pair(
+        figure: str, of: Callable[[Cycle], float], unit: str = "", q: float = 0.5, via: str = "kubectl"
+    ) -> bench_report.Row:
+        api, other = ([of(c) for c in cycles[p]] for p in ("api", via))
         at = median if q == 0.5 else (lambda v: pct(v, q))
-        return bench_report.Row("bench_jobs", figure, at(api), at(kube), unit, peer_name=peer)
+        name = peer if via == "kubectl" else direct
+        return bench_report.Row("bench_jobs", figure, at(api), at(other), unit, peer_name=name)
 
     rows = [
         pair(f"submit → running p50 (n={len(cycles['api'])})", lambda c: c.running_s, "s"),
         pair("submit → running p95", lambda c: c.running_s, "s", 0.95),
+        pair("submit → running p50, against a direct POST", lambda c: c.running_s, "s", via="direct"),
+        pair("submit answered p50 (the POST; kubectl create)", lambda c: c.answered_s, "s"),
         pair(
             "API requests per job (submit + status + cancel; kubectl: create + delete)",
             lambda c: c.request_count,
@@ -420,9 +452,7 @@ def emit(cycles: dict[str, list[Cycle]], a: Admission | None) -> None:
                 "bench_jobs", f"admission ({what}): until the quota is full", a.full_s, unit="s"
             ),
             bench_report.Row("bench_jobs", f"admission: until {a.quota} Jobs have pods", a.pods_s, unit="s"),
-            bench_report.Row(
-                "bench_jobs", "admission: store writes (resourceVersion bumps)", sum(a.writes.values())
-            ),
+            bench_report.Row("bench_jobs", "admission: store writes (resourceVersion bumps)", a.total_writes),
             bench_report.Row("bench_jobs", "admission: writes in the API request log", a.logged_writes),
             bench_report.Row("bench_jobs", "admission: devcluster CPU", a.admit_cpu_s, unit="s"),
             bench_report.Row(
@@ -452,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     oidc = OidcMock(logs)
     hub = Hub(workdir / "hub", dc, oidc, spawner="gpuworkspace", catalog=catalog)
     service: Proc | None = None
-    cycles: dict[str, list[Cycle]] = {"api": [], "kubectl": []}
+    cycles: dict[str, list[Cycle]] = {"api": [], "kubectl": [], "direct": []}
     adm, failed = None, ""
     try:
         dc.start()
@@ -462,13 +492,13 @@ def main(argv: list[str] | None = None) -> int:
         service, base = start_jobs_service(dc, hub, catalog, logs)
         b = Bench(dc, base, user_token(hub, USER))  # type: ignore[arg-type]
         first = first_api_cycle(b)
-        warm = kubectl_cycle(b, 0)
+        warm = peer_cycle(b, 0, "kubectl")
         print(
             f"  .. first cycles (not counted): api {first.running_s:.2f} s, kubectl {warm.running_s:.2f} s",
             flush=True,
         )
         for i in range(1, args.cycles + 1):
-            for c in (api_cycle(b), kubectl_cycle(b, i)):
+            for c in (api_cycle(b), peer_cycle(b, i, "kubectl"), peer_cycle(b, i, "direct")):
                 cycles[c.path].append(c)
                 print(
                     f"  .. {c.path:<7} cycle {i}/{args.cycles}: running after {c.running_s:5.2f} s, {c.request_count} requests, {c.writes} store writes",
@@ -498,9 +528,11 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print_cycles(cycles)
     for path, counts in by_resource.items():
+        rest = cycles[path][-1].writes - sum(counts.values())
         print(
             f"{path}, store writes of the last cycle by resource: "
             + ", ".join(f"{n} {k}" for k, n in counts.most_common())
+            + f" (other types: {rest})"
         )
     ratio = median([c.running_s for c in cycles["api"]]) / median([c.running_s for c in cycles["kubectl"]])
     print(f"\nsubmit → running, jobs API / kubectl create   x{ratio:.2f}")
