@@ -52,7 +52,6 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,8 @@ from typing import Any
 from tests.benchmarks import jobs_cluster as jc
 from tests.benchmarks import report as bench_report
 from tests.benchmarks.bench_spawn import pct
+from tests.benchmarks.jobs_admission import QUEUE as ADMISSION_QUEUE
+from tests.benchmarks.jobs_admission import Admission, admission, print_admission
 from tests.e2e.harness import BIN, REPO, Devcluster, Hub, OidcMock, Proc, free_port, http, wait_for
 from tests.e2e.test_disk_admin import call, user_token
 from tests.e2e.test_workspace_lifecycle import write_file
@@ -68,10 +69,7 @@ NS = jc.NS
 SA_USER = "system:serviceaccount:jhub:gpuworkspace-jobs"
 PREFIX = "/services/gpuworkspace-jobs/"
 USER, SERVER, SCRIPT = "alice", "bench", "sleep.py"
-QUEUES = {"bench-jobs": 4, "bench-admission": 0}
-IMAGE = (
-    "quay.io/jupyter/base-notebook@sha256:07ada0bb13ec7286cdaaeab442f196959e1330993fa72ec0503e0bc429dbf29f"
-)
+QUEUES = {"bench-jobs": 4, ADMISSION_QUEUE: 0}
 JOB_PROFILE = f"""\
 apiVersion: gpuworkspace.dev/v1alpha1
 kind: JobProfile
@@ -79,7 +77,7 @@ metadata:
   name: bench-job-1gpu
 spec:
   displayName: "bench: a job on one whole GPU"
-  image: {IMAGE}
+  image: {jc.IMAGE}
   resources:
     requests: {{cpu: 100m, memory: 256Mi, nvidia.com/gpu: "1"}}
     limits: {{cpu: "1", memory: 1Gi, nvidia.com/gpu: "1"}}
@@ -93,8 +91,7 @@ spec:
 LABEL_JOB = "gpuworkspace.dev/job"
 PEER_SNAPSHOT, PEER_CLAIM = "bench-kubectl-code", "bench-kubectl-code"
 SNAPSHOTS = f"/apis/snapshot.storage.k8s.io/v1/namespaces/{NS}/volumesnapshots"
-JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
-WRITES = ("create", "update", "patch", "delete", "deletecollection")
+JOBS = jc.JOBS
 
 
 def kubectl(dc: Devcluster, *args: str, stdin: str | None = None) -> None:
@@ -245,90 +242,6 @@ def first_api_cycle(b: Bench) -> Cycle:
     return cycle
 
 
-# ------------------------------------------------------------------------------------------ admission
-@dataclass
-class Admission:
-    pending: int
-    quota: int
-    create_s: float = 0.0  # the Jobs created (8 clients)
-    queued_s: float = 0.0  # ... until the ClusterQueue counts them all pending
-    queue_cpu_s: float = 0.0
-    full_s: float = 0.0  # quota raised → Q admitted
-    pods_s: float = 0.0  # quota raised → Q Jobs have pods
-    admit_cpu_s: float = 0.0
-    writes: Counter[str] = field(default_factory=Counter)  # store writes, quota raised → Q pods
-    total_writes: int = 0  # the resourceVersion's rise in that window (every type)
-    logged_writes: int = 0  # writes the request log saw in that window
-    unsuspended: int = 0
-
-
-def pending_job(i: int) -> dict[str, Any]:
-    container = {
-        "name": "job",
-        "image": IMAGE,
-        "command": ["sleep", "3600"],
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
-            "limits": {"nvidia.com/gpu": "1"},
-        },
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": f"bench-pending-{i:04d}",
-            "namespace": NS,
-            "labels": {jc.QUEUE_LABEL: "bench-admission"},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "metadata": {"labels": {"bench": "admission"}},
-                "spec": {"restartPolicy": "Never", "containers": [container]},
-            },
-        },
-    }
-
-
-def admission(dc: Devcluster, pending: int, quota: int) -> Admission:
-    pid = dc.proc._popen.pid  # type: ignore[union-attr]  # the devcluster process: API server + controllers
-    cq_path = f"{jc.KUEUE_API}/clusterqueues/bench-admission"
-    status = lambda: jc.get_json(dc, cq_path).get("status") or {}  # noqa: E731
-    result = Admission(pending, quota)
-    cpu, started = jc.cpu_seconds(pid), time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: jc.write(dc, "POST", JOBS, pending_job(i)), range(pending)))
-    result.create_s = time.perf_counter() - started
-    all_pending = lambda: status().get("pendingWorkloads") == pending  # noqa: E731
-    wait_for(all_pending, 600, f"{pending} workloads pending", dc.proc, interval_s=0.05)
-    result.queued_s, result.queue_cpu_s = time.perf_counter() - started, jc.cpu_seconds(pid) - cpu
-
-    rv0 = jc.store_rv(dc)
-    dc.requests_log(clear=True)
-    cpu, started = jc.raise_quota(dc, "bench-admission", quota, pid)
-    wait_for(
-        lambda: status().get("admittedWorkloads", 0) >= quota,
-        300,
-        f"{quota} admitted",
-        dc.proc,
-        interval_s=0.02,
-    )
-    result.full_s = time.perf_counter() - started
-    pods = f"/api/v1/namespaces/{NS}/pods?labelSelector=bench%3Dadmission"
-    wait_for(
-        lambda: len(jc.get_json(dc, pods)["items"]) >= quota, 300, f"{quota} pods", dc.proc, interval_s=0.05
-    )
-    result.pods_s, result.admit_cpu_s = time.perf_counter() - started, jc.cpu_seconds(pid) - cpu
-    rv1 = jc.store_rv(dc)
-    result.logged_writes = sum(1 for r in dc.requests_log() if r["verb"] in WRITES)
-    result.writes, result.total_writes = jc.writes_by_resource(dc, rv0, rv1), rv1 - rv0
-    listed = jc.get_json(
-        dc, f"/apis/batch/v1/namespaces/{NS}/jobs?labelSelector={jc.QUEUE_LABEL}%3Dbench-admission"
-    )
-    result.unsuspended = sum(1 for j in listed["items"] if not j["spec"].get("suspend"))
-    return result
-
-
 # ------------------------------------------------------------------------------------------ set-up
 def start_jobs_service(dc: Devcluster, hub: Hub, catalog: Path, log_dir: Path) -> tuple[Proc, str]:
     """As tests/e2e/test_jobs.py's ``jobs`` fixture, with the service's own ServiceAccount kubeconfig."""
@@ -397,28 +310,6 @@ def print_cycles(cycles: dict[str, list[Cycle]]) -> None:
         print(f"\n{path}, requests of the last cycle ({last.name}):")
         for phase, records in last.requests.items():
             print(f"  {phase:<7} {len(records):>3}: {kinds(records)}")
-
-
-def print_admission(a: Admission) -> None:
-    print(f"\nadmission: {a.pending} queued Jobs of 1 GPU each, ClusterQueue quota 0 → {a.quota} GPUs")
-    print(f"  {a.pending} Jobs created (8 clients)          {a.create_s:7.2f} s")
-    print(
-        f"  ... until all {a.pending} Workloads pending      {a.queued_s:7.2f} s   devcluster CPU {a.queue_cpu_s:.2f} s"
-    )
-    print(f"  quota raised → {a.quota} admitted (quota full)   {a.full_s:7.2f} s")
-    print(
-        f"  quota raised → {a.quota} Jobs have pods         {a.pods_s:7.2f} s   devcluster CPU {a.admit_cpu_s:.2f} s"
-    )
-    print(f"  Jobs unsuspended: {a.unsuspended} of {a.pending} (quota {a.quota})")
-    total = a.total_writes
-    print(
-        f"  store writes (resourceVersion bumps) until the pods: {total}: "
-        + ", ".join(f"{n} {k}" for k, n in a.writes.most_common())
-        + f" (other types: {total - sum(a.writes.values())})"
-    )
-    print(
-        f"  writes in the API request log in that window: {a.logged_writes} (Kueue and the Job controller run in-process)"
-    )
 
 
 def emit(cycles: dict[str, list[Cycle]], a: Admission | None) -> None:

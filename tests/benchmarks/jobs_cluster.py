@@ -28,7 +28,12 @@ NS = "gpu-workspaces"
 KUEUE = "kueue.x-k8s.io"
 KUEUE_API = f"/apis/{KUEUE}/v1beta2"
 FLAVOR = "bench-gpu"
+IMAGE = (  # the e2e job profiles' image
+    "quay.io/jupyter/base-notebook@sha256:07ada0bb13ec7286cdaaeab442f196959e1330993fa72ec0503e0bc429dbf29f"
+)
 QUEUE_LABEL = f"{KUEUE}/queue-name"
+JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
+WRITES = ("create", "update", "patch", "delete", "deletecollection")  # request log verbs that write
 # The Job API's generated selector labels (jobspec.py, Kubernetes' generateSelector): a client creating
 # a Job leaves them out, the API server adds them for the new Job's uid.
 GENERATED_LABELS = (
