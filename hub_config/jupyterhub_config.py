@@ -558,8 +558,9 @@ def _register_culler_service() -> None:
         jobs = f"{str(c.JupyterHub.base_url or '/').rstrip('/')}/services/gpuworkspace-jobs/"
         command += [  # warnings say where long runs go instead
             "--job-handoff",
-            f"To keep a long run going, submit it as a job ({jobs}api/v1/jobs, docs: run your notebook as "
-            "a job): it queues for the cluster's GPUs and keeps running after this workspace stops.",
+            "To keep a long run going, submit it as a job (JupyterLab: the notebook's Create a notebook job "
+            f"button; or {jobs}api/v1/jobs): it queues for the cluster's GPUs and keeps running after this "
+            "workspace stops.",
         ]
     if os.environ.get("GPUWS_CULLER_CONFIG"):
         command += ["--config", os.environ["GPUWS_CULLER_CONFIG"]]
