@@ -202,10 +202,15 @@ def environment(profile: Mapping[str, Any]) -> dict[str, Any]:
     hours = int(profile.get("maxRuntimeSeconds") or 0) / 3600
     facts = [f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "no GPU", f"queue {profile.get('queue')}"]
     facts.append(f"at most {hours:g} h")
-    description = str(profile.get("description") or profile.get("displayName") or "")
+    description = str(profile.get("displayName") or "")
+    if profile.get("description"):
+        description = f"{description}: {profile['description']}" if description else str(profile["description"])
+    # jupyter-scheduler 2.12's Environment picker shows `name`, gives each item the value `label` and then
+    # looks the choice up by `name` (create-job's EnvironmentPicker and handleSelectChange): the two must
+    # be equal, or a chosen profile is lost. The display name goes to the item's tooltip, `description`.
     return {
         "name": str(profile["name"]),
-        "label": str(profile.get("displayName") or profile["name"]),
+        "label": str(profile["name"]),
         "description": f"{description} ({', '.join(facts)})".strip(),
         "file_extensions": ["ipynb"],
         "output_formats": [OUTPUT_FORMAT],

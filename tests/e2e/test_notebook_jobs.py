@@ -8,6 +8,10 @@ its own token (whose scopes are exactly the hub config's server_token_scopes), t
 parameters typed for papermill, and the panel's list shows it QUEUED with Kueue's reason. A job profile
 outside her groups and a recurring schedule are refused with their messages and nothing is written.
 Stopping the job cancels it in the queue (the panel keeps it as STOPPED); deleting it removes it.
+
+In Chromium, alice creates a notebook job from JupyterLab's toolbar with a parameter on the 1-GPU
+notebook job profile; the culler stops her idle workspace while papermill runs; the executed notebook,
+with the parameter's effect, is in her workspace afterwards and the panel's API says Completed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pytest
 
 from .harness import REPO, HubStack, logged_in_page, wait_for
 from .test_disk_admin import call, user_token
-from .test_workspace_lifecycle import get_json, kubectl, start, write_file
+from .test_workspace_lifecycle import contents, get_json, kubectl, start, write_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SERVER = "nbjobs"
@@ -35,7 +39,15 @@ NOTEBOOK = {
             "id": "params",
             "metadata": {"tags": ["parameters"]},
             "outputs": [],
-            "source": "epochs = 1\nrun_name = 'default'",
+            "source": "epochs = 1\nrun_name = 'default'\nseconds = 40",
+        },
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": "wait",
+            "metadata": {},
+            "outputs": [],
+            "source": "import time\ntime.sleep(seconds)",
         },
         {
             "cell_type": "code",
@@ -62,7 +74,13 @@ def _ours(stack: HubStack) -> None:
 
 def scheduler(stack: HubStack, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     """jupyter-scheduler's REST API in alice's server, through the proxy, as JupyterLab calls it."""
-    return call(f"{stack.url}/user/alice/{SERVER}/scheduler", token, method, path, body)
+    return scheduler_of(stack, token, SERVER, method, path, body)
+
+
+def scheduler_of(
+    stack: HubStack, token: str, server: str, method: str, path: str, body: Any = None
+) -> tuple[int, Any]:
+    return call(f"{stack.url}/user/alice/{server}/scheduler", token, method, path, body)
 
 
 def _job_names(stack: HubStack) -> set[str]:
@@ -163,10 +181,15 @@ def test_create_notebook_job_goes_to_the_queue(stack: HubStack) -> None:
 
 
 def test_create_notebook_job_in_jupyterlab(stack: HubStack, browser: Any) -> None:
-    """The Chromium flow: the notebook's toolbar button, the form with a parameter, Create; the Notebook
-    Jobs panel lists the job and the jobs API has it, with the parameter on papermill's command line."""
-    kubectl(stack, "apply", "-f", str(Path(__file__).parent / "kueue-objects.yaml"))
-    start(stack, "alice", UI_SERVER, {"profile": "cpu-small"})
+    """The Chromium flow: the notebook's toolbar button, the form with a parameter and the 1-GPU notebook
+    job profile, Create; the Notebook Jobs panel lists the job and the jobs API has it, with the parameter
+    on papermill's command line. alice closes the page: the culler stops her idle workspace (its profile,
+    e2e-cull-team, is culled after 20 s idle) while Kueue's admitted job runs papermill on; once it is
+    done, the executed notebook, with the parameter's effect in its outputs, is in her workspace's team
+    directory, and her server's scheduler API (what the panel shows) says Completed."""
+    for objects in ("kueue-objects.yaml", "team-claim.yaml"):  # the queue; the team directory it writes to
+        kubectl(stack, "apply", "-f", str(Path(__file__).parent / objects))
+    start(stack, "alice", UI_SERVER, {"profile": "e2e-cull-team"})
     write_file(stack, "alice", UI_SERVER, "train.ipynb", json.dumps(NOTEBOOK))
     alice = user_token(stack, "alice")
     jobs = f"{stack.url}{JOBS}"
@@ -181,6 +204,8 @@ def test_create_notebook_job_in_jupyterlab(stack: HubStack, browser: Any) -> Non
         value = page.locator("input[name='parameter-0-value']")
         value.fill("5")
         value.press("Tab")  # the form checks a parameter when its field loses focus
+        page.locator("[role='combobox'][id$='environment'], [role='button'][id$='environment']").first.click()
+        page.get_by_role("option", name="e2e-job-notebook", exact=True).click()
         create = page.get_by_role("button", name="Create", exact=True)
         if create.is_disabled():  # the form's own verdict, with what it shows, for the failure report
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -188,7 +213,18 @@ def test_create_notebook_job_in_jupyterlab(stack: HubStack, browser: Any) -> Non
             pytest.fail(f"the form refuses to create: {page.locator('form').inner_text()[:2000]}")
         create.click()
         row = page.locator("tr", has_text="mnist from lab")
-        row.wait_for()
+        # the panel says "If you do not see it in the list below, please reload the list in a few seconds"
+        # (its list is read once): reload as a user would, until the row is there
+        for _ in range(24):
+            try:
+                row.wait_for(timeout=5_000)
+                break
+            except Exception:  # playwright's TimeoutError
+                page.get_by_role("button", name="Reload").click()
+        else:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "notebook-jobs-created.png"), full_page=True)
+            pytest.fail(f"no row for the job; the page says: {page.locator('body').inner_text()[:3000]}")
 
         listed: dict[str, Any] = {}
 
@@ -204,9 +240,31 @@ def test_create_notebook_job_in_jupyterlab(stack: HubStack, browser: Any) -> Non
         ]
         assert ("-p", "epochs", "5") in list(zip(command, command[1:], command[2:], strict=False)), command
         assert row.locator("text=/Queued|In progress|Completed|Failed/").count() == 1, row.inner_text()
+        assert listed["profile"] == "e2e-job-notebook", listed
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "notebook-jobs.png"
         page.screenshot(path=str(shot))
         assert shot.stat().st_size > 10_000
-    call(jobs, alice, "DELETE", f"/jobs/{listed['name']}")
+    name = listed["name"]
+    # the page is closed: nothing keeps the workspace busy, and the culler stops it; the job goes on
+    wait_for(lambda: stack.hub.server("alice", UI_SERVER) is None, 120, "the culler to stop the workspace")
+    status, view = call(jobs, alice, "GET", f"/jobs/{name}")
+    assert status == 200 and view["state"] in ("running", "succeeded"), view
+    wait_for(
+        lambda: call(jobs, alice, "GET", f"/jobs/{name}")[1].get("state") == "succeeded", 180, f"{name} done"
+    )
+
+    start(stack, "alice", UI_SERVER, {"profile": "e2e-cull-team"})
+    status, model = contents(stack, "alice", UI_SERVER, f"team/jobs/alice/{name}/train.ipynb")
+    assert status == 200 and model["type"] == "notebook", model
+    printed = "".join(
+        "".join(out.get("text", ""))
+        for cell in model["content"]["cells"]
+        for out in cell.get("outputs") or []
+    )
+    assert "trained default for 50 steps" in printed, printed  # epochs=5 from the form, 10 steps each
+    status, answer = scheduler_of(stack, alice, UI_SERVER, "GET", "/jobs")
+    rows = [j for j in answer.get("jobs", []) if j.get("name") == "mnist from lab"] if status == 200 else []
+    assert rows and rows[0]["status"] == "COMPLETED", (status, answer)
+    call(jobs, alice, "DELETE", f"/jobs/{name}")
     stack.hub.stop_server("alice", UI_SERVER)

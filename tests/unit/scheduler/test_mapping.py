@@ -170,7 +170,8 @@ def test_job_profiles_are_the_dialogs_environments() -> None:
             "output": "s3://b/",
         }
     )
-    assert env["name"] == "train-1gpu" and env["label"] == "Training job, one whole GPU"
+    assert env["name"] == env["label"] == "train-1gpu"  # the picker needs both equal (see environment())
+    assert env["description"].startswith("Training job, one whole GPU")
     assert env["description"] == "Training job, one whole GPU (1 GPU, queue training, at most 12 h)"
     assert env["output_formats"] == ["ipynb"] and env["file_extensions"] == ["ipynb"]
 
