@@ -139,6 +139,46 @@ def devcluster_answers(kubeconfig: Path) -> bool:
     return answers(cluster["server"].rstrip("/") + "/version", context, headers)
 
 
+KUEUE_QUEUES = REPO / "helm-values" / "extra-manifests" / "64-kueue-queues.yaml"
+KUEUE_PLURALS = {
+    "ResourceFlavor": "resourceflavors",
+    "WorkloadPriorityClass": "workloadpriorityclasses",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+}
+
+
+def apply_kueue_queues(kubeconfig: Path, manifest: Path = KUEUE_QUEUES) -> list[str]:
+    """Create the Helm values' Kueue objects (the job profiles' queue and priorities) in the devcluster,
+    as ``kubectl create -f`` would (kubectl is not installed by ``make``); one that exists is kept.
+    Returns ``Kind/name`` of each object created."""
+    doc = yaml.safe_load(kubeconfig.read_text())
+    cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
+    context = None
+    if "certificate-authority-data" in cluster:
+        context = ssl.create_default_context(
+            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+        )
+    headers = {"Content-Type": "application/json"}
+    if user.get("token"):
+        headers["Authorization"] = f"Bearer {user['token']}"
+    created = []
+    for obj in (o for o in yaml.safe_load_all(manifest.read_text()) if o):
+        namespace = obj["metadata"].get("namespace")
+        where = f"namespaces/{namespace}/" if namespace else ""
+        url = f"{cluster['server'].rstrip('/')}/apis/{obj['apiVersion']}/{where}{KUEUE_PLURALS[obj['kind']]}"
+        request = urllib.request.Request(url, json.dumps(obj).encode(), headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context):
+                created.append(f"{obj['kind']}/{obj['metadata']['name']}")
+        except urllib.error.HTTPError as exc:
+            if exc.code != HTTPStatus.CONFLICT:
+                raise Failed(
+                    f"creating {obj['kind']} {obj['metadata']['name']}: {exc.code} {exc.read()[:300]!r}"
+                ) from exc
+    return created
+
+
 def choose_spawner(requested: str) -> str:
     if requested != "auto":
         return requested
@@ -206,6 +246,8 @@ def start(args: argparse.Namespace, children: list[Child]) -> str:
     argv = [str(BIN / "gpuworkspace-devcluster"), "up", "--state-dir", str(state_dir)]
     children.append(dc := Child("the devcluster", argv, env, log_dir / "devcluster.log"))
     wait_for(lambda: kubeconfig.exists() and devcluster_answers(kubeconfig), 90, "the devcluster API", dc)
+    made = apply_kueue_queues(kubeconfig)  # the job profiles' queue: docs/how-to/job-queues.md
+    print(f"demo: Kueue queues for jobs: {', '.join(made) or 'already there'}", flush=True)
 
     oidc_url = f"http://127.0.0.1:{args.oidc_port}"
     print(f"demo: starting oidc-provider-mock at {oidc_url} (log: {log_dir / 'oidc.log'})", flush=True)

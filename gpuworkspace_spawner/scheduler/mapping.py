@@ -204,7 +204,9 @@ def environment(profile: Mapping[str, Any]) -> dict[str, Any]:
     facts.append(f"at most {hours:g} h")
     description = str(profile.get("displayName") or "")
     if profile.get("description"):
-        description = f"{description}: {profile['description']}" if description else str(profile["description"])
+        description = (
+            f"{description}: {profile['description']}" if description else str(profile["description"])
+        )
     # jupyter-scheduler 2.12's Environment picker shows `name`, gives each item the value `label` and then
     # looks the choice up by `name` (create-job's EnvironmentPicker and handleSelectChange): the two must
     # be equal, or a chosen profile is lost. The display name goes to the item's tooltip, `description`.
