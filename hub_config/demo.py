@@ -126,8 +126,8 @@ def port_free(port: int) -> bool:
     return True
 
 
-def devcluster_answers(kubeconfig: Path) -> bool:
-    """True once the kubeconfig is complete and GET /version answers through it."""
+def api_access(kubeconfig: Path) -> tuple[str, ssl.SSLContext | None, dict[str, str]]:
+    """The devcluster API's base URL, TLS context and auth header, from its kubeconfig."""
     doc = yaml.safe_load(kubeconfig.read_text())
     cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
     context = None
@@ -136,7 +136,13 @@ def devcluster_answers(kubeconfig: Path) -> bool:
             cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
         )
     headers = {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
-    return answers(cluster["server"].rstrip("/") + "/version", context, headers)
+    return str(cluster["server"]).rstrip("/"), context, headers
+
+
+def devcluster_answers(kubeconfig: Path) -> bool:
+    """True once the kubeconfig is complete and GET /version answers through it."""
+    server, context, headers = api_access(kubeconfig)
+    return answers(server + "/version", context, headers)
 
 
 KUEUE_QUEUES = REPO / "helm-values" / "extra-manifests" / "64-kueue-queues.yaml"
@@ -152,21 +158,13 @@ def apply_kueue_queues(kubeconfig: Path, manifest: Path = KUEUE_QUEUES) -> list[
     """Create the Helm values' Kueue objects (the job profiles' queue and priorities) in the devcluster,
     as ``kubectl create -f`` would (kubectl is not installed by ``make``); one that exists is kept.
     Returns ``Kind/name`` of each object created."""
-    doc = yaml.safe_load(kubeconfig.read_text())
-    cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
-    context = None
-    if "certificate-authority-data" in cluster:
-        context = ssl.create_default_context(
-            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
-        )
-    headers = {"Content-Type": "application/json"}
-    if user.get("token"):
-        headers["Authorization"] = f"Bearer {user['token']}"
+    server, context, auth = api_access(kubeconfig)
+    headers = {"Content-Type": "application/json", **auth}
     created = []
     for obj in (o for o in yaml.safe_load_all(manifest.read_text()) if o):
         namespace = obj["metadata"].get("namespace")
         where = f"namespaces/{namespace}/" if namespace else ""
-        url = f"{cluster['server'].rstrip('/')}/apis/{obj['apiVersion']}/{where}{KUEUE_PLURALS[obj['kind']]}"
+        url = f"{server}/apis/{obj['apiVersion']}/{where}{KUEUE_PLURALS[obj['kind']]}"
         request = urllib.request.Request(url, json.dumps(obj).encode(), headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=10, context=context):
