@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -80,7 +80,7 @@ class Store:
         # the oldest resourceVersion a watch may resume from, per type (older → 410 Gone)
         self._compacted: dict[TypeKey, int] = {}
         self._subscribers: dict[TypeKey, set[Subscriber]] = {}
-        self._journal = None
+        self._journal: IO[bytes] | None = None
         self.on_change: list[Callable[[TypeKey, WatchEvent], None]] = []
         if state_dir is not None:
             self._load(state_dir)
