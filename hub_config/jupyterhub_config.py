@@ -555,7 +555,8 @@ def _register_culler_service() -> None:
     if attribution:  # GPU utilisation and idle-allocated GPU time come from the attribution service
         command += ["--attribution-url", f"{attribution}/services/gpuworkspace-attribution/"]
     if any(s.get("name") == "gpuworkspace-jobs" for s in c.JupyterHub.services):
-        jobs = f"{str(c.JupyterHub.base_url or '/').rstrip('/')}/services/gpuworkspace-jobs/"
+        base = c.JupyterHub.base_url if isinstance(c.JupyterHub.base_url, str) else "/"  # unset: a lazy value
+        jobs = f"{base.rstrip('/')}/services/gpuworkspace-jobs/"
         command += [  # warnings say where long runs go instead
             "--job-handoff",
             "To keep a long run going, submit it as a job (JupyterLab: the notebook's Create a notebook job "

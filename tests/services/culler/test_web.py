@@ -378,7 +378,9 @@ async def test_status_shows_the_last_cycle_and_the_effective_policy(base: str) -
         "exempt_users",
         "exempt_groups",
         "exempt_profiles",
+        "handoff",
     }
+    assert policy["handoff"] == ""  # not configured here: warnings name no hand-off
     assert policy["warn_before_by_profile"] == {"demo": [120.0]}
     assert policy["catalog"] == {
         "gpu-shared": {
@@ -588,6 +590,10 @@ def test_the_hub_runs_the_culler_with_exactly_its_documented_scopes(
         str(REPO / "hub_config" / "catalog"),
         "--attribution-url",
         "http://127.0.0.1:10102/services/gpuworkspace-attribution/",
+        "--job-handoff",
+        "To keep a long run going, submit it as a job (JupyterLab: the notebook's Create a notebook job "
+        "button; or /services/gpuworkspace-jobs/api/v1/jobs): it queues for the cluster's GPUs and keeps "
+        "running after this workspace stops.",
         "--config",
         "/etc/culler.py",
         "--dry-run",
@@ -599,6 +605,7 @@ def test_the_hub_runs_the_culler_with_exactly_its_documented_scopes(
     assert app.catalog == str(REPO / "hub_config" / "catalog")
     assert app.attribution_url == "http://127.0.0.1:10102/services/gpuworkspace-attribution/"
     assert app.dry_run is True and app.idle_timeout == 7200
+    assert app.job_handoff.startswith("To keep a long run going")  # the jobs service runs: warnings say so
     assert sorted(role["scopes"]) == sorted(
         [
             "list:users",
