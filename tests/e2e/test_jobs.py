@@ -103,11 +103,13 @@ def _state(
 
 
 @pytest.fixture(scope="module")
-def script(stack: HubStack, jobs: str) -> str:
-    """alice's workspace with her script in it; the script's path."""
+def script(stack: HubStack, jobs: str) -> Iterator[str]:
+    """alice's workspace with her script in it; the script's path. Stopped afterwards: the stack is the
+    session's, and later tests count alice's pods."""
     start(stack, "alice", SERVER, {"profile": "cpu-small"})
     write_file(stack, "alice", SERVER, "train.py", SCRIPT)
-    return "train.py"
+    yield "train.py"
+    stack.hub.stop_server("alice", SERVER)
 
 
 def test_a_job_through_the_api_queues_runs_and_stays_private(stack: HubStack, jobs: str, script: str) -> None:

@@ -62,8 +62,15 @@ def scheduled_after(base: str, token: str, after: float) -> dict[str, Any] | Non
     return fresh[-1] if fresh else None
 
 
+def workspace_pods(stack: HubStack, user: str) -> list[dict[str, Any]]:
+    """The pods of ``user``'s server SERVER: not their other servers' nor their jobs' (test_jobs.py leaves
+    alice a running server and finished job pods in the same stack; those carry her user label too)."""
+    selector = f"gpuworkspace.dev/user={user},gpuworkspace.dev/server={SERVER},gpuworkspace.dev/kind!=job"
+    return list(get_json(stack, "pods", "-l", selector)["items"])
+
+
 def pod_gone(stack: HubStack, user: str) -> bool:
-    return not get_json(stack, "pods", "-l", f"gpuworkspace.dev/user={user}")["items"]
+    return not workspace_pods(stack, user)
 
 
 def wait_pod_gone(stack: HubStack, user: str) -> None:
@@ -71,7 +78,7 @@ def wait_pod_gone(stack: HubStack, user: str) -> None:
     try:
         wait_for(lambda: pod_gone(stack, user), 60, f"{user}'s pod gone")
     except TimeoutError as exc:
-        pods = get_json(stack, "pods", "-l", f"gpuworkspace.dev/user={user}")["items"]
+        pods = workspace_pods(stack, user)
         left = [
             {
                 "name": p["metadata"]["name"],
