@@ -146,25 +146,28 @@ def devcluster_answers(kubeconfig: Path) -> bool:
 
 
 KUEUE_QUEUES = REPO / "helm-values" / "extra-manifests" / "64-kueue-queues.yaml"
-KUEUE_PLURALS = {
-    "ResourceFlavor": "resourceflavors",
-    "WorkloadPriorityClass": "workloadpriorityclasses",
-    "ClusterQueue": "clusterqueues",
-    "LocalQueue": "localqueues",
+TEAM_DIRECTORY = REPO / "helm-values" / "extra-manifests" / "31-team-directory.yaml"
+# apiVersion/kind -> the collection's path under the API server (no discovery: these are all we create)
+COLLECTIONS = {
+    "kueue.x-k8s.io/v1beta2/ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+    "kueue.x-k8s.io/v1beta2/WorkloadPriorityClass": "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
+    "kueue.x-k8s.io/v1beta2/ClusterQueue": "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
+    "kueue.x-k8s.io/v1beta2/LocalQueue": "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues",
+    "v1/PersistentVolumeClaim": "/api/v1/namespaces/{namespace}/persistentvolumeclaims",
 }
 
 
-def apply_kueue_queues(kubeconfig: Path, manifest: Path = KUEUE_QUEUES) -> list[str]:
-    """Create the Helm values' Kueue objects (the job profiles' queue and priorities) in the devcluster,
-    as ``kubectl create -f`` would (kubectl is not installed by ``make``); one that exists is kept.
-    Returns ``Kind/name`` of each object created."""
+def create_objects(kubeconfig: Path, manifest: Path) -> list[str]:
+    """Create a manifest's objects in the devcluster as ``kubectl create -f`` would (kubectl is not
+    installed by ``make``); one that exists is kept. Returns ``Kind/name`` of each object created."""
     server, context, auth = api_access(kubeconfig)
     headers = {"Content-Type": "application/json", **auth}
     created = []
     for obj in (o for o in yaml.safe_load_all(manifest.read_text()) if o):
-        namespace = obj["metadata"].get("namespace")
-        where = f"namespaces/{namespace}/" if namespace else ""
-        url = f"{server}/apis/{obj['apiVersion']}/{where}{KUEUE_PLURALS[obj['kind']]}"
+        where = f"{obj['apiVersion']}/{obj['kind']}"
+        if where not in COLLECTIONS:
+            raise Failed(f"{manifest.name}: the demo cannot create a {where} (only {', '.join(COLLECTIONS)})")
+        url = server + COLLECTIONS[where].format(namespace=obj["metadata"].get("namespace", ""))
         request = urllib.request.Request(url, json.dumps(obj).encode(), headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=10, context=context):
@@ -175,6 +178,16 @@ def apply_kueue_queues(kubeconfig: Path, manifest: Path = KUEUE_QUEUES) -> list[
                     f"creating {obj['kind']} {obj['metadata']['name']}: {exc.code} {exc.read()[:300]!r}"
                 ) from exc
     return created
+
+
+def apply_kueue_queues(kubeconfig: Path, manifest: Path = KUEUE_QUEUES) -> list[str]:
+    """The Helm values' Kueue objects (the job profiles' queue and priorities), created once."""
+    return create_objects(kubeconfig, manifest)
+
+
+def apply_team_directory(kubeconfig: Path, manifest: Path = TEAM_DIRECTORY) -> list[str]:
+    """The Helm values' team directory claim (cpu-team's ~/team, where jobs write results), created once."""
+    return create_objects(kubeconfig, manifest)
 
 
 def choose_spawner(requested: str) -> str:
@@ -246,6 +259,8 @@ def start(args: argparse.Namespace, children: list[Child]) -> str:
     wait_for(lambda: kubeconfig.exists() and devcluster_answers(kubeconfig), 90, "the devcluster API", dc)
     made = apply_kueue_queues(kubeconfig)  # the job profiles' queue: docs/how-to/job-queues.md
     print(f"demo: Kueue queues for jobs: {', '.join(made) or 'already there'}", flush=True)
+    made = apply_team_directory(kubeconfig)  # cpu-team's ~/team, where the jobs write their results
+    print(f"demo: the team directory: {', '.join(made) or 'already there'}", flush=True)
 
     oidc_url = f"http://127.0.0.1:{args.oidc_port}"
     print(f"demo: starting oidc-provider-mock at {oidc_url} (log: {log_dir / 'oidc.log'})", flush=True)

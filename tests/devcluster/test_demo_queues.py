@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from gpuworkspace_spawner.devcluster.resources import find
 from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
 
@@ -48,3 +50,20 @@ def test_the_demo_creates_the_job_profiles_queues_once(tmp_path: Path) -> None:
             active = next((c for c in conditions if c["type"] == "Active"), {})
             time.sleep(0.2)
         assert active.get("status") == "True", active  # Kueue can admit to it: its flavors exist
+
+
+def test_the_demo_creates_the_team_directory_the_job_profiles_write_to(tmp_path: Path) -> None:
+    """cpu-team's ~/team and the shipped job profiles' outputs are one claim: the demo makes it once, and
+    an object the demo cannot create is named rather than sent."""
+    demo = _demo()
+    with BackgroundCluster(tmp_path / "state", simulate=True) as bg:
+        assert demo.apply_team_directory(Path(bg.kubeconfig)) == ["PersistentVolumeClaim/gpuworkspace-team"]
+        assert demo.apply_team_directory(Path(bg.kubeconfig)) == []
+        claim = bg.cluster.store.get(
+            find("", "v1", "persistentvolumeclaims"), "gpu-workspaces", "gpuworkspace-team"
+        )
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"], claim
+        odd = tmp_path / "odd.yaml"
+        odd.write_text("apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: gpu-workspaces}\n")
+        with pytest.raises(demo.Failed, match="cannot create a v1/Secret"):
+            demo.create_objects(Path(bg.kubeconfig), odd)

@@ -83,6 +83,21 @@ def scheduler_of(
     return call(f"{stack.url}/user/alice/{server}/scheduler", token, method, path, body)
 
 
+def fill_job_form(page: Any, name: str, parameter: tuple[str, str], environment: str) -> Any:
+    """In the open notebook: the toolbar's "Create a notebook job" form, filled in as a user does (the
+    job's name, one parameter, the job profile as its environment). Returns the form's Create button."""
+    page.locator(".jp-NotebookPanel-toolbar [data-jp-item-name='create-job']").click()
+    page.get_by_label("Job name").fill(name)
+    page.get_by_role("button", name="Add new parameter").click()
+    page.locator("input[name='parameter-0-name']").fill(parameter[0])
+    value = page.locator("input[name='parameter-0-value']")
+    value.fill(parameter[1])
+    value.press("Tab")  # the form checks a parameter when its field loses focus
+    page.locator("[role='combobox'][id$='environment'], [role='button'][id$='environment']").first.click()
+    page.get_by_role("option", name=environment, exact=True).click()
+    return page.get_by_role("button", name="Create", exact=True)
+
+
 def _job_names(stack: HubStack) -> set[str]:
     return {j["metadata"]["name"] for j in get_json(stack, "jobs")["items"]}
 
@@ -197,16 +212,7 @@ def test_create_notebook_job_in_jupyterlab(stack: HubStack, browser: Any) -> Non
         browser, stack, "alice", viewport={"width": 1400, "height": 900}, timeout_ms=60_000
     ) as page:
         page.goto(f"{stack.url}/user/alice/{UI_SERVER}/lab/tree/train.ipynb")
-        page.locator(".jp-NotebookPanel-toolbar [data-jp-item-name='create-job']").click()
-        page.get_by_label("Job name").fill("mnist from lab")
-        page.get_by_role("button", name="Add new parameter").click()
-        page.locator("input[name='parameter-0-name']").fill("epochs")
-        value = page.locator("input[name='parameter-0-value']")
-        value.fill("5")
-        value.press("Tab")  # the form checks a parameter when its field loses focus
-        page.locator("[role='combobox'][id$='environment'], [role='button'][id$='environment']").first.click()
-        page.get_by_role("option", name="e2e-job-notebook", exact=True).click()
-        create = page.get_by_role("button", name="Create", exact=True)
+        create = fill_job_form(page, "mnist from lab", ("epochs", "5"), "e2e-job-notebook")
         if create.is_disabled():  # the form's own verdict, with what it shows, for the failure report
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "notebook-jobs-form.png"), full_page=True)

@@ -23,7 +23,7 @@ def test_sample_catalog_is_ok() -> None:
         text=True,
         check=False,
     )
-    assert (result.returncode, result.stdout) == (0, "ok: 5 profiles, version 2026.12.1\n")
+    assert (result.returncode, result.stdout) == (0, "ok: 6 profiles, version 2026.12.1\n")
 
 
 def test_problems_and_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -162,7 +162,9 @@ def test_a_shipped_catalog_that_offered_code_server_with_base_notebook_would_be_
     assert "ide: jupyterlab\n" in cpu
     shutil.copytree(REPO / "hub_config" / "catalog", tmp_path / "c")
     (tmp_path / "c" / "cpu.yaml").write_text(
-        cpu.replace("ide: jupyterlab\n", "ide: {default: jupyterlab, choices: [jupyterlab, code-server]}\n")
+        cpu.replace(
+            "ide: jupyterlab\n", "ide: {default: jupyterlab, choices: [jupyterlab, code-server]}\n", 1
+        )
     )
     with pytest.raises(CatalogError) as caught:
         load_catalog(tmp_path / "c")

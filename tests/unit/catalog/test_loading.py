@@ -27,6 +27,7 @@ def test_sample_catalog_loads() -> None:
     assert catalog.version == "2026.12.1"
     assert [p.slug for p in catalog.profiles] == [
         "cpu-small",
+        "cpu-team",
         "gpu-exclusive",
         "gpu-shared",
         "gpu-mig",

@@ -66,7 +66,10 @@ def test_accepted(sample: Catalog, options: object, groups: list[str], profile: 
         pytest.param({f"k{i}": "v" for i in range(17)}, "malformed-options", "Too many", id="too-many-keys"),
         pytest.param({1: "v"}, "malformed-options", "names must be short text", id="non-string-key"),
         pytest.param(
-            {"profile": "gpu-huge"}, "unknown-profile", "cpu-small, gpu-shared, gpu-mig", id="unknown-profile"
+            {"profile": "gpu-huge"},
+            "unknown-profile",
+            "cpu-small, cpu-team, gpu-shared, gpu-mig",
+            id="unknown-profile",
         ),
         pytest.param(
             {"profile": "gpu-exclusive"},
@@ -99,7 +102,7 @@ def test_forbidden_does_not_reveal_access_rules(sample: Catalog) -> None:
     with pytest.raises(OptionsError) as caught:
         resolve_user_options(sample, {"profile": "gpu-exclusive"}, user="alice", groups=[])
     assert "gpu-users" not in caught.value.message
-    assert "cpu-small, gpu-shared, gpu-mig" in caught.value.message
+    assert "cpu-small, cpu-team, gpu-shared, gpu-mig" in caught.value.message
 
 
 def test_no_accessible_profile(tmp_path: Path) -> None:

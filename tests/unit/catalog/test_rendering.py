@@ -25,19 +25,23 @@ def sample() -> Catalog:
     ("user", "groups", "slugs", "default"),
     [
         pytest.param(
-            "alice", [], ["cpu-small", "gpu-shared", "gpu-mig", "vm-workstation"], "cpu-small", id="no-groups"
+            "alice",
+            [],
+            ["cpu-small", "cpu-team", "gpu-shared", "gpu-mig", "vm-workstation"],
+            "cpu-small",
+            id="no-groups",
         ),
         pytest.param(
             "bob",
             ["gpu-users"],
-            ["cpu-small", "gpu-exclusive", "gpu-shared", "gpu-mig", "vm-workstation"],
+            ["cpu-small", "cpu-team", "gpu-exclusive", "gpu-shared", "gpu-mig", "vm-workstation"],
             "cpu-small",
             id="gpu-group",
         ),
         pytest.param(
             "carol",
             ["other", "gpu-users"],
-            ["cpu-small", "gpu-exclusive", "gpu-shared", "gpu-mig", "vm-workstation"],
+            ["cpu-small", "cpu-team", "gpu-exclusive", "gpu-shared", "gpu-mig", "vm-workstation"],
             "cpu-small",
             id="groups-iterable",
         ),
