@@ -95,6 +95,7 @@ def fill_job_form(page: Any, name: str, parameter: tuple[str, str], environment:
     value.press("Tab")  # the form checks a parameter when its field loses focus
     page.locator("[role='combobox'][id$='environment'], [role='button'][id$='environment']").first.click()
     page.get_by_role("option", name=environment, exact=True).click()
+    page.get_by_role("listbox").wait_for(state="hidden")  # the menu closed: the form is what shows
     return page.get_by_role("button", name="Create", exact=True)
 
 
