@@ -167,6 +167,8 @@ class GPUWorkspaceScheduler(BaseScheduler):
         created, stopped = ledger.created(), ledger.stopped()
         jobs = [mapping.describe(v, self._paths, created.get(str(v.get("name")))) for v in views]
         known = {j["job_id"] for j in jobs}
+        if forgotten := ledger.prune(known):  # the API's list is whole (no pages): the rest are gone
+            log.info("Forgetting notebook jobs the jobs API no longer has: %s", ", ".join(forgotten))
         return jobs + [s for job_id, s in stopped.items() if job_id not in known]
 
     # ------------------------------------------------------------------------ jobs

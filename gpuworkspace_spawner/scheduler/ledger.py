@@ -3,7 +3,9 @@
 The jobs API keeps the jobs (Kubernetes is its database); this keeps only what it does not: the name
 the user gave a job in the dialog, the parameters as typed, and the jobs the user stopped (a stop
 cancels the job, which the API then forgets), so the Notebook Jobs panel keeps showing them as
-STOPPED until they are deleted.
+STOPPED until they are deleted. A record of a job the API no longer has (its
+``ttlSecondsAfterFinished`` passed, or it was cancelled elsewhere) and that is not kept as stopped is
+pruned at the next listing, so the file does not grow with every job ever submitted.
 """
 
 from __future__ import annotations
@@ -70,3 +72,14 @@ class Ledger:
         data["created"].pop(job_id, None)
         data["stopped"].pop(job_id, None)
         self._write(data)
+
+    def prune(self, known: set[str]) -> list[str]:
+        """Forget the created records of jobs that are not in ``known`` (the API's full list of this
+        user's jobs) and were not stopped here; returns their ids. Writes only when one goes."""
+        data = self._read()
+        gone = sorted(j for j in data["created"] if j not in known and j not in data["stopped"])
+        if gone:
+            for job_id in gone:
+                del data["created"][job_id]
+            self._write(data)
+        return gone

@@ -6,6 +6,7 @@ tests/services/jobs/test_jobs_devcluster.py; the single-user server's side tests
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,27 @@ async def test_create_list_stop_delete(
     assert (await sched.list_jobs(ListJobsQuery())).jobs == []
     with pytest.raises(SchedulerError, match="404"):
         await sched.get_job(job_id)
+
+
+async def test_jobs_the_api_forgot_are_pruned_from_the_servers_records(
+    service: tuple[str, InMemoryCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished job's Job goes after ttlSecondsAfterFinished: the next listing forgets this server's
+    record of it (its name, parameters), so the records do not grow forever; a stopped one is kept."""
+    url, cluster = service
+    sched = scheduler(url, tmp_path, monkeypatch)
+    ledger = tmp_path / ".local/share/jupyter/gpuworkspace-jobs.json"
+    done, stopped, running = [await sched.create_job(create(name=n)) for n in ("done", "stopped", "running")]
+    await sched.stop_job(stopped)
+    cluster.store.pop(done)  # its TTL passed: the API no longer has it
+
+    listed = await sched.list_jobs(ListJobsQuery())
+    assert sorted(j.name for j in listed.jobs) == ["running", "stopped"]
+    records = json.loads(ledger.read_text())
+    assert sorted(records["created"]) == sorted([stopped, running]), records
+    before = ledger.stat().st_mtime_ns
+    await sched.list_jobs(ListJobsQuery())
+    assert ledger.stat().st_mtime_ns == before  # nothing to prune: nothing written
 
 
 async def test_a_profile_outside_her_groups_is_refused_and_nothing_is_made(
