@@ -16,7 +16,6 @@ import socket
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner import KubeSpawner
 from prometheus_client import Counter
 from sqlalchemy.orm import object_session
@@ -35,7 +34,7 @@ from .catalog import (
 from .compat import SpawnException
 from .k8s import Conflict, Forbidden, KubernetesError, NotFound, Unavailable, custom, gateway
 from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VM_INSTANCES, ClusterWatch
-from .k8s.errors import as_kubernetes_error, map_api_exception
+from .k8s.errors import as_kubernetes_error, is_unavailable
 from .k8s.reflectors import ClaimReflector, retrying
 from .lifecycle.diskpolicy import (
     build_policy_annotations,
@@ -331,10 +330,14 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
         """KubeSpawner's pod creation, repeated (by its backoff) after 429/5xx instead of failing."""
         try:
             return bool(await super()._make_create_pod_request(pod, request_timeout))
-        except ApiException as exc:
-            if not isinstance(map_api_exception(exc), Unavailable):
+        except Exception as exc:  # the client library's ApiException, which only k8s/ imports
+            if not is_unavailable(exc):
                 raise
-            self.log.warning("Creating pod %s: the API answered %s; trying again", self.pod_name, exc.status)
+            self.log.warning(
+                "Creating pod %s: the API answered %s; trying again",
+                self.pod_name,
+                getattr(exc, "status", "?"),
+            )
             return False
 
     async def _make_delete_pod_request(
@@ -347,10 +350,12 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
                     pod_name, delete_options, grace_seconds, request_timeout
                 )
             )
-        except ApiException as exc:
-            if not isinstance(map_api_exception(exc), Unavailable):
+        except Exception as exc:  # the client library's ApiException, which only k8s/ imports
+            if not is_unavailable(exc):
                 raise
-            self.log.warning("Deleting pod %s: the API answered %s; trying again", pod_name, exc.status)
+            self.log.warning(
+                "Deleting pod %s: the API answered %s; trying again", pod_name, getattr(exc, "status", "?")
+            )
             return False
 
     async def _start_workspace(self) -> Any:

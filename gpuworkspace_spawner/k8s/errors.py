@@ -92,6 +92,11 @@ def as_kubernetes_error(exc: BaseException) -> KubernetesError | None:
     return None
 
 
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` is the API server's 429/5xx (or no answer): worth repeating the request."""
+    return isinstance(as_kubernetes_error(exc), Unavailable)
+
+
 P = ParamSpec("P")
 T = TypeVar("T")
 # Pauses before each repeat of a request the API server answered 429/5xx or did not answer: about 4 s

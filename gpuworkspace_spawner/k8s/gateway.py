@@ -173,3 +173,11 @@ async def wait_for_claim_change(
                 timeout_seconds=max(1, timeout_s),
             ):
                 return
+
+
+async def client_credentials() -> tuple[str | None, str | None]:
+    """(CA file, Authorization header value) of the loaded Kubernetes client configuration: in a pod
+    the ServiceAccount's ``ca.crt`` and (rotated) token, else the kubeconfig's CA and credentials."""
+    conf = client.Configuration.get_default_copy()
+    authorization = await conf.get_api_key_with_prefix("BearerToken") if conf.api_key else None
+    return conf.ssl_ca_cert or None, authorization

@@ -61,16 +61,6 @@ class Trust:
     ca: str = ""  # the CA file the context trusts, for error messages
 
 
-async def client_credentials() -> tuple[str | None, str | None]:
-    """(CA file, Authorization header value) of the loaded Kubernetes client configuration: in a pod
-    the ServiceAccount's ``ca.crt`` and (rotated) token, else the kubeconfig's CA and credentials."""
-    from kubernetes_asyncio.client import Configuration  # noqa: PLC0415 - the services' lean imports
-
-    conf = Configuration.get_default_copy()
-    authorization = await conf.get_api_key_with_prefix("BearerToken") if conf.api_key else None
-    return conf.ssl_ca_cert or None, authorization
-
-
 def build_trust(access: KubeletAccess, ca: str | None, authorization: str | None) -> Trust:
     """The :class:`Trust` for ``access`` given the client's CA file and token (pure but for reading the CA).
 
@@ -98,6 +88,8 @@ async def resolve_trust(access: KubeletAccess) -> Trust:
     """:func:`build_trust` with the current client credentials (tokens rotate: call it each round)."""
     if access.scheme == "http":
         return Trust()
+    from ..k8s.gateway import client_credentials  # noqa: PLC0415 - the services' lean imports
+
     ca, authorization = await client_credentials()
     return build_trust(access, ca, authorization)
 

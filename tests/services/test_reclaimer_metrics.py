@@ -77,10 +77,13 @@ async def test_a_failed_pass_is_counted_and_retried_and_a_good_one_updates_the_g
         passes.append(namespace)
         if len(passes) == 1:
             raise KubernetesError(503, "the API server is unavailable", "ServiceUnavailable")
+        # run() counts overdue disks against the real clock: retention dates around it, not around NOW
+        # (a fixed FUTURE turned into the past a day after it was written, and the test failed)
+        now = datetime.now(UTC)
         outcomes = [
-            Outcome("home-alice--", "deleted", "retention ended", PAST),
-            Outcome("home-bob--", "kept", "in use by pod jupyter-bob", PAST),
-            Outcome("home-cai--", "kept", "retained until tomorrow", FUTURE),
+            Outcome("home-alice--", "deleted", "retention ended", now - timedelta(days=1)),
+            Outcome("home-bob--", "kept", "in use by pod jupyter-bob", now - timedelta(days=1)),
+            Outcome("home-cai--", "kept", "retained until tomorrow", now + timedelta(days=1)),
         ]
         return outcomes, "7"
 

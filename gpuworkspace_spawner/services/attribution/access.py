@@ -1,6 +1,6 @@
 """Who sees what in the attribution API, from the hub's model of the caller's token (pure).
 
-The scope rules are the disk service's (:mod:`..disks.access`): admin is the unfiltered
+The scope rules are the disk service's (:mod:`..access`): admin is the unfiltered
 ``admin:servers`` scope; a user's workspaces are readable with ``read:servers`` for that user, or by the
 user themselves through this service's OAuth token. On top of those:
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..disks.access import is_admin, may_read
+from ..access import is_admin, may_read
 
 USER_SERIES = "user:"
 PUBLIC_SERIES = ("cluster:", "node:")

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 
-from ..disks.access import (
+from ..access import (
     access_refused,
     grants_anything_here,
     may_read_metrics,

@@ -6,7 +6,7 @@ Routes under the service prefix: the status page (``""``), ``api/v1/decisions[?a
 :class:`.CullerState`: the cycle is its only writer.
 
 Who sees what comes from the hub's model of the caller's token, as in the attribution and disk
-services (:mod:`..disks.access`): an unfiltered ``admin:servers`` or ``read:servers`` scope sees every
+services (:mod:`..access`): an unfiltered ``admin:servers`` or ``read:servers`` scope sees every
 workspace; any other caller sees the workspaces of the users it may read (``read:servers!user=<name>``,
 or the user's own login to this service by OAuth). Errors are JSON ``{"status", "message"}`` like
 JupyterHub's own API (:class:`..serving.JsonErrors`).
@@ -28,7 +28,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..disks.access import (
+from ..access import (
     access_refused,
     grants_anything_here,
     may_read,

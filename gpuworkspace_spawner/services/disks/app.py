@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -24,11 +23,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 
 from ...catalog import CatalogError, CatalogSource
-from ...k8s import KubernetesError, Unavailable, gateway
+from ...k8s import gateway
 from ...manifests.names import WorkspaceIdentity
+from .. import access
+from ..handling import ApiHandler
 from ..kubelets import KubeletAccess
 from ..serving import (
-    JsonErrors,
     ServiceError,
     add_body_limit_argument,
     http_server,
@@ -36,7 +36,7 @@ from ..serving import (
     login_url,
     until_stopped,
 )
-from . import access, transfer
+from . import transfer
 from .metrics import DiskMetrics, VolumeStats
 from .mine import own_disks
 from .operations import DiskOperations, Settings
@@ -44,78 +44,7 @@ from .page import SnapshotPageHandler, environment
 from .scheduling import SnapshotWorker
 
 log = logging.getLogger("gpuworkspace.disks")
-MAX_BODY = 16 * 1024
 DEFAULT_SERVER_PATH = ("~", "default")  # path segments meaning JupyterHub's unnamed server ("")
-
-
-class ApiHandler(JsonErrors):
-    """JSON in and out; errors as ``{"status", "message"}`` like JupyterHub's own API."""
-
-    hub_auth: Any
-    caller: dict[str, Any]
-    needs_service_access = True  # refuse a token that grants nothing here (access.grants_anything_here)
-
-    def initialize(self, ops: DiskOperations, hub_auth: Any) -> None:
-        self.ops, self.hub_auth = ops, hub_auth
-
-    def check_xsrf_cookie(self) -> None:
-        """Changes need a token (Authorization header), never only a cookie: no cross-site writes."""
-
-    async def prepare(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        model = await self.hub_auth.get_user(self, sync=False)
-        if not model:
-            raise ServiceError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
-        if self.needs_service_access and not access.grants_anything_here(
-            model, self.ops.settings.service_name
-        ):
-            raise ServiceError(403, access.access_refused(model, self.ops.settings.service_name))
-        token_auth = getattr(self, "_token_authenticated", False)
-        if self.request.method not in ("GET", "HEAD") and not token_auth:
-            raise ServiceError(403, "changes need a token in the Authorization header, not a cookie")
-        self.caller = model
-
-    def body(self, allowed: dict[str, type], required: Sequence[str] = ()) -> dict[str, Any]:
-        raw = self.request.body or b"{}"
-        if len(raw) > MAX_BODY:
-            raise ServiceError(413, f"request body over {MAX_BODY} bytes")
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            raise ServiceError(400, f"request body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise ServiceError(400, "request body must be a JSON object")
-        unknown = sorted(set(body) - set(allowed))
-        if unknown:
-            raise ServiceError(
-                400, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed) or 'none'}"
-            )
-        for key in required:
-            if key not in body:
-                raise ServiceError(400, f"field {key!r} is required")
-        for key, kind in allowed.items():
-            if key in body and body[key] is not None and not isinstance(body[key], kind):
-                raise ServiceError(400, f"field {key!r} must be a {kind.__name__}")
-        return body
-
-    def reply(self, obj: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.finish(json.dumps(obj, sort_keys=True))
-
-    def error_message(self, exc: BaseException | None) -> str:
-        if isinstance(exc, KubernetesError):
-            return f"Kubernetes API: {exc}"
-        return super().error_message(exc)
-
-    def _handle_request_exception(self, e: BaseException) -> None:
-        if isinstance(e, KubernetesError):
-            log.warning("%s %s: %s", self.request.method, self.request.path, e)
-            self.send_error(
-                502 if isinstance(e, Unavailable) else 500, exc_info=(type(e), e, e.__traceback__)
-            )
-            return
-        super()._handle_request_exception(e)
 
 
 def _server(segment: str) -> str:

@@ -8,8 +8,8 @@ from typing import Any
 from ...k8s import storage
 from ...lifecycle.diskops import LABEL_SNAPSHOT_OF
 from ...manifests.names import label_value
+from .. import access
 from ..serving import ServiceError
-from . import access
 from .operations import DiskOperations
 from .owndisks import build_own_disks
 

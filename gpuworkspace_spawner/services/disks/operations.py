@@ -48,9 +48,10 @@ from ...manifests.names import (
     LABEL_USER,
     label_value,
 )
+from .. import access
 from ..auditing import record_audit
 from ..serving import ServiceError
-from . import access, rootdisks
+from . import rootdisks
 from .metrics import VolumeStats
 from .views import Related, owner, snapshot_view, workspace_item
 

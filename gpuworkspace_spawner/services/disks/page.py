@@ -16,8 +16,8 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.services.auth import HubOAuth
 
+from .. import access
 from ..serving import JsonErrors, ServiceError, hub_prefix, login_url
-from . import access
 from .operations import DiskOperations
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "disks"

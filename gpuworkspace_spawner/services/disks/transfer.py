@@ -27,8 +27,8 @@ from ...lifecycle.ownership import (
     describe_owner,
 )
 from ...manifests.names import DISK_HOME, DISK_RETAINED, LABEL_DISK_STATE, WorkspaceIdentity, owner_key
+from .. import access
 from ..serving import ServiceError
-from . import access
 
 if TYPE_CHECKING:
     from .operations import DiskOperations

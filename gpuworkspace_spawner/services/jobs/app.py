@@ -27,7 +27,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import gateway
-from ..disks.app import ApiHandler
+from ..handling import ApiHandler
 from ..serving import ServiceError, add_body_limit_argument, http_server, listen_address, until_stopped
 from .operations import JobOperations, Settings
 
@@ -37,19 +37,8 @@ NAME = r"([a-z0-9][-a-z0-9]{0,62})"
 
 
 class JobsApiHandler(ApiHandler):
-    ops: JobOperations  # type: ignore[assignment]
-
-    def json_body(self) -> dict[str, Any]:
-        raw = self.request.body or b"{}"
-        if len(raw) > MAX_BODY:
-            raise ServiceError(413, f"request body over {MAX_BODY} bytes")
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            raise ServiceError(400, f"request body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise ServiceError(400, "request body must be a JSON object")
-        return body
+    ops: JobOperations
+    max_body = MAX_BODY  # a submission's parameters
 
 
 class JobsHandler(JobsApiHandler):

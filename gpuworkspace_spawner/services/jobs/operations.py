@@ -43,8 +43,8 @@ from ...manifests.names import (
     WorkspaceIdentity,
     image_digest,
 )
+from .. import access
 from ..auditing import record_audit
-from ..disks import access
 from ..serving import ServiceError
 
 log = logging.getLogger("gpuworkspace.jobs")

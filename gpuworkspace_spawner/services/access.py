@@ -1,4 +1,5 @@
-"""Who may do what: decided from the hub's model of the caller's token (pure).
+"""Who may do what, for every service: decided from the hub's model of the caller's token (pure: no
+jupyterhub import, so no tornado underneath either).
 
 The model is what ``GET /hub/api/user`` answers for the token (HubAuth): ``name``, ``kind`` and the
 token's expanded ``scopes``. Permissions are the token's scopes, never the account's, so a token created
@@ -19,9 +20,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jupyterhub.services.auth import check_scopes
-
 ADMIN_SCOPE = "admin:servers"
+
+
+def check_scopes(required: set[str], scopes: set[str]) -> set[str]:
+    """The required scopes the token's (expanded) scopes grant, as JupyterHub's
+    ``jupyterhub.services.auth.check_scopes`` decides it for the scopes used here: ``base!filter`` is
+    granted by ``base`` (unfiltered) or by exactly ``base!filter``; an unfiltered ``base`` only by
+    ``base``. Like JupyterHub's, a ``!group=`` filter never grants a ``!user=`` one (groups are not
+    resolved), and a narrower filter (``!server=u/x``) does not grant a broader one (``!user=u``)."""
+    return {need for need in required if need in scopes or need.split("!", 1)[0] in scopes}
 
 
 def _scopes(model: Mapping[str, Any]) -> set[str]:

@@ -4,11 +4,12 @@ here); nobody else."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.services.disks.access import may_change
+from gpuworkspace_spawner.services.access import may_change
 from gpuworkspace_spawner.services.disks.operations import DiskOperations, Settings
 from gpuworkspace_spawner.services.serving import ServiceError
 
@@ -72,3 +73,41 @@ def test_an_owner_keeps_at_most_the_limit_of_manual_snapshots_an_admin_has_none(
     assert "home-alice already has 3 manual snapshots, the most its owner may keep (3)" in str(refused.value)
     admin = model("root", "admin:servers")
     asyncio.run(_ops_with_manual_snapshots(9, 3)._refuse_owner_snapshot_beyond_limit(admin, CLAIM))
+
+
+HELD = [
+    {"admin:servers"},
+    {"read:servers"},
+    {"read:servers!user=alice"},
+    {"read:servers!server=alice/x"},
+    {"read:servers!group=ml"},
+    {"servers!user=alice", "read:servers!user=alice"},
+    {"access:services"},
+    {"access:services!service=gpuworkspace-disks"},
+    {"access:services!service=other", "read:metrics"},
+    set(),
+]
+NEEDED = [
+    "admin:servers",
+    "read:servers",
+    "read:servers!user=alice",
+    "read:servers!user=bob",
+    "servers!user=alice",
+    "access:services!service=gpuworkspace-disks",
+    "read:metrics",
+]
+
+
+@pytest.mark.parametrize("held", HELD, ids=lambda h: ",".join(sorted(h)) or "none")
+def test_scope_checks_decide_as_jupyterhubs_own(held: set[str]) -> None:
+    """The services decide without importing jupyterhub (the pure core's contract); JupyterHub's own
+    check_scopes, here in the test only, is the oracle for every scope the services ask for."""
+    from jupyterhub.services.auth import check_scopes as jupyterhubs
+
+    from gpuworkspace_spawner.services.access import check_scopes as ours
+
+    for needed in NEEDED:
+        with warnings.catch_warnings():  # it warns that it does not resolve groups without its database
+            warnings.simplefilter("ignore", UserWarning)
+            expected = jupyterhubs({needed}, held)
+        assert ours({needed}, held) == expected, (needed, held)
