@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 REPO = Path(__file__).resolve().parents[2]
 CQS = find("kueue.x-k8s.io", "v1beta2", "clusterqueues")
