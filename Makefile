@@ -18,6 +18,7 @@ SOAK_SEED ?= 1
 PYTEST_ARGS ?=
 
 # Modules type-checked strictly (setup.cfg [mypy-...] sections); only those that exist are passed.
+# STRICT_DEVCLUSTER: the devcluster's pure modules (its own distribution under devcluster/).
 STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle gpuworkspace_spawner/catalog \
 	gpuworkspace_spawner/jobs gpuworkspace_spawner/scheduler/mapping.py \
 	gpuworkspace_spawner/services/attribution gpuworkspace_spawner/agent \
@@ -25,7 +26,7 @@ STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle
 	gpuworkspace_spawner/services/culler/precedence.py \
 	gpuworkspace_spawner/services/culler/state.py gpuworkspace_spawner/probecredentials.py \
 	gpuworkspace_spawner/services/disks/owndisks.py
-STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables jsonpath rbac faults resources errors podsecurity protobody satokens saadmission,gpuworkspace_spawner/devcluster/$(m).py))
+STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables jsonpath rbac faults resources errors podsecurity protobody satokens saadmission,devcluster/gpuworkspace_devcluster/$(m).py))
 MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)
 
 BENCHMARKS := $(sort $(wildcard tests/benchmarks/bench_*.py))
@@ -39,7 +40,7 @@ help:
 	@echo "make lint   ruff check, ruff format --check, import-linter contracts, mypy on the pure core"
 	@echo "make bench  run every tests/benchmarks/bench_*.py, then print one Markdown table of them all"
 	@echo "make docs   build the Sphinx docs into docs/_build/html (warnings are errors)"
-	@echo "make venv   only set up: apt packages, .venv, pip install -e .[...], npm ci"
+	@echo "make venv   only set up: apt packages, .venv, pip install -e .[...] -e ./devcluster, npm ci"
 	@echo "make clean  remove build outputs and caches (keeps .venv, node_modules and .state)"
 
 venv:
@@ -49,6 +50,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	cd devcluster && ../$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy $(MYPY_TARGETS)
 
 test: lint
@@ -98,5 +100,6 @@ demo: venv
 	$(PYTHON) hub_config/demo.py --state-dir $(STATE_DIR) $(DEMO_ARGS)
 
 clean:
-	rm -rf build dist docs/_build .mypy_cache .ruff_cache .pytest_cache .import_linter_cache *.egg-info
+	rm -rf build dist docs/_build .mypy_cache .ruff_cache .pytest_cache .import_linter_cache *.egg-info \
+		devcluster/build devcluster/dist
 	find . -path ./.venv -prune -o -path ./node_modules -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf

@@ -254,7 +254,8 @@ def start(args: argparse.Namespace, children: list[Child]) -> str:
     kubeconfig = state_dir / "kubeconfig"
     kubeconfig.unlink(missing_ok=True)  # the devcluster writes it again once its API answers
     print(f"demo: starting the devcluster (log: {log_dir / 'devcluster.log'})", flush=True)
-    argv = [str(BIN / "gpuworkspace-devcluster"), "up", "--state-dir", str(state_dir)]
+    # `gpuworkspace-devcluster up`, run by this interpreter (the devcluster is its own distribution)
+    argv = [sys.executable, "-m", "gpuworkspace_devcluster", "up", "--state-dir", str(state_dir)]
     children.append(dc := Child("the devcluster", argv, env, log_dir / "devcluster.log"))
     wait_for(lambda: kubeconfig.exists() and devcluster_answers(kubeconfig), 90, "the devcluster API", dc)
     made = apply_kueue_queues(kubeconfig)  # the job profiles' queue: docs/how-to/job-queues.md

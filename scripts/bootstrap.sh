@@ -5,8 +5,9 @@
 #      `apt-get update` only when something has to be installed. Needs root (or password-less
 #      sudo); otherwise prints what to install and carries on.
 #   2. .venv with Python >= 3.11, created when missing.
-#   3. `pip install -e .[devcluster,test,docs,lint,scheduler]` when setup.cfg / pyproject.toml changed since
-#      the last successful install (stamp: .venv/.bootstrap-stamp).
+#   3. `pip install -e .[test,docs,lint,scheduler] -e ./devcluster` (the spawner and the devcluster, its
+#      own distribution) when either's setup.cfg / pyproject.toml changed since the last successful
+#      install or either is missing from .venv (stamp: .venv/.bootstrap-stamp).
 #   4. configurable-http-proxy into ./node_modules with `npm ci` from the committed
 #      package-lock.json, when it changed (stamp: node_modules/.bootstrap-stamp).
 #
@@ -18,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$(pwd)"
 VENV="$ROOT/.venv"
-EXTRAS="devcluster,test,docs,lint,scheduler"
+EXTRAS="test,docs,lint,scheduler"
 APT_PACKAGES_WANTED=(chromium)
 did=()
 
@@ -113,15 +114,17 @@ if ! venv_ok; then
     did+=("created .venv with $("$VENV/bin/python" --version)")
 fi
 
-# --- 3. the package, editable, with all extras --------------------------------------------------
+# --- 3. the package with all extras and the devcluster, both editable ---------------------------
 stamp_py="$VENV/.bootstrap-stamp"
-want_py="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1) $ROOT [$EXTRAS]"
+want_py="$(cat setup.cfg pyproject.toml devcluster/setup.cfg devcluster/pyproject.toml | sha256sum |
+    cut -d' ' -f1) $ROOT [$EXTRAS] +devcluster"
 if [ "$(cat "$stamp_py" 2>/dev/null || true)" != "$want_py" ] ||
-    ! compgen -G "$VENV/lib/python3*/site-packages/gpuworkspace_spawner-*.dist-info" >/dev/null; then
-    say "pip install -e .[$EXTRAS]"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+    ! compgen -G "$VENV/lib/python3*/site-packages/gpuworkspace_spawner-*.dist-info" >/dev/null ||
+    ! compgen -G "$VENV/lib/python3*/site-packages/gpuworkspace_devcluster-*.dist-info" >/dev/null; then
+    say "pip install -e .[$EXTRAS] -e ./devcluster"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]" -e ./devcluster
     printf '%s\n' "$want_py" >"$stamp_py"
-    did+=("pip installed -e .[$EXTRAS]")
+    did+=("pip installed -e .[$EXTRAS] -e ./devcluster")
 fi
 
 # --- 4. configurable-http-proxy (npm) -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Regenerate the devcluster's vendored Kubernetes protobuf descriptors (devcluster/k8sproto/).
+"""Regenerate the devcluster's vendored Kubernetes protobuf descriptors (devcluster/gpuworkspace_devcluster/k8sproto/).
 
 Usage (grpcio-tools only needed here, never at run time)::
 
@@ -6,7 +6,7 @@ Usage (grpcio-tools only needed here, never at run time)::
     git -C kubernetes/api archive v0.33.9 | tar -x -C /tmp/src/api
     git -C kubernetes/apimachinery archive v0.33.9 | tar -x -C /tmp/src/apimachinery
     /tmp/protoc/bin/python scripts/gen_devcluster_proto.py --api /tmp/src/api \
-        --apimachinery /tmp/src/apimachinery --out gpuworkspace_spawner/devcluster/k8sproto
+        --apimachinery /tmp/src/apimachinery --out devcluster/gpuworkspace_devcluster/k8sproto
 
 Writes ``k8s-api.binpb``: a FileDescriptorSet of k8s.io/api's ``generated.proto`` files for the kinds in
 ``ROOTS`` (and ``runtime.Unknown``, the envelope), pruned to the messages those kinds reach; and

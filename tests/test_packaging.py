@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import configparser
+import email.parser
 import importlib
 import importlib.metadata
 import os
@@ -9,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -43,8 +46,21 @@ def test_console_script_is_declared() -> None:
         for ep in importlib.metadata.distribution(DIST).entry_points
         if ep.group == "console_scripts"
     }
-    assert scripts["gpuworkspace-devcluster"] == "gpuworkspace_spawner.devcluster.cli:main"
     assert scripts["gpuworkspace-reclaimer"] == "gpuworkspace_spawner.services.reclaimer:main"
+
+
+def test_devcluster_is_its_own_distribution_with_its_command() -> None:
+    """`gpuworkspace-devcluster` comes with the devcluster's distribution (devcluster/), not the spawner's."""
+    spawner, devcluster = configparser.ConfigParser(), configparser.ConfigParser()
+    spawner.read(REPO / "setup.cfg")
+    devcluster.read(REPO / "devcluster" / "setup.cfg")
+    assert devcluster["metadata"]["name"] == "gpuworkspace-devcluster"
+    assert (
+        "gpuworkspace-devcluster = gpuworkspace_devcluster.cli:main"
+        in devcluster["options.entry_points"]["console_scripts"]
+    )
+    assert "devcluster" not in spawner["options.entry_points"]["console_scripts"]
+    assert "devcluster" not in spawner["options.extras_require"]
 
 
 def test_spawner_entry_point_and_public_surface() -> None:
@@ -76,10 +92,80 @@ def test_spawner_entry_point_and_public_surface() -> None:
 def test_metadata() -> None:
     meta = importlib.metadata.metadata(DIST)
     assert meta["Requires-Python"] == ">=3.11"
-    assert {"devcluster", "test", "docs", "lint"} <= set(meta.get_all("Provides-Extra") or [])
+    assert {"test", "docs", "lint"} <= set(meta.get_all("Provides-Extra") or [])
     requires = " ".join(importlib.metadata.requires(DIST) or [])
     assert "jupyterhub-kubespawner" in requires
     assert "jupyterhub<7,>=5.3" in requires or "jupyterhub>=5.3,<7" in requires
+
+
+def _build_wheel(tmp_path: Path, source: Path, files: list[str]) -> zipfile.ZipFile:
+    """Build a wheel offline (this venv's setuptools and wheel) from a copy of ``files`` of ``source``, so
+    the build leaves nothing in the checkout."""
+    tree = tmp_path / "src"
+    tree.mkdir()
+    for name in files:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copyfile(source / name, tree / name)  # follows devcluster/LICENSE's link
+    argv = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+    result = subprocess.run(
+        [*argv, "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(tree)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    return zipfile.ZipFile(wheel)
+
+
+def _metadata(wheel: zipfile.ZipFile, name: str) -> str:
+    (path,) = [n for n in wheel.namelist() if n.endswith(f".dist-info/{name}")]
+    return wheel.read(path).decode()
+
+
+@pytest.mark.slow
+def test_the_spawners_wheel_ships_no_devcluster(tmp_path: Path) -> None:
+    """`pip install gpuworkspace-spawner` pulls no emulator code: no module, no command, no dependency."""
+    wheel = _build_wheel(
+        tmp_path, REPO, ["setup.cfg", "pyproject.toml", "README.md", "LICENSE", "gpuworkspace_spawner"]
+    )
+    names = wheel.namelist()
+    assert "gpuworkspace_spawner/spawner.py" in names
+    assert "gpuworkspace_spawner/py.typed" in names
+    assert [n for n in names if "devcluster" in n.lower()] == []
+    meta = email.parser.Parser().parsestr(_metadata(wheel, "METADATA"))
+    requires = meta.get_all("Requires-Dist") or []
+    assert any(r.startswith("jupyterhub-kubespawner") for r in requires)
+    assert [r for r in requires if "devcluster" in r.lower()] == []
+    assert "devcluster" not in (meta.get_all("Provides-Extra") or [])
+    assert "devcluster" not in _metadata(wheel, "entry_points.txt")
+
+
+@pytest.mark.slow
+def test_the_devclusters_wheel_builds_with_its_data_and_command(tmp_path: Path) -> None:
+    wheel = _build_wheel(
+        tmp_path,
+        REPO / "devcluster",
+        ["setup.cfg", "pyproject.toml", "README.md", "LICENSE", "gpuworkspace_devcluster"],
+    )
+    names = wheel.namelist()
+    for data in (
+        "gpuworkspace_devcluster/cli.py",
+        "gpuworkspace_devcluster/sim/topology.yaml",
+        "gpuworkspace_devcluster/sim/standin-bin/code-server",
+        "gpuworkspace_devcluster/k8sproto/k8s-api.binpb",
+    ):
+        assert data in names
+    assert [n for n in names if n.startswith("gpuworkspace_spawner/")] == []
+    assert "gpuworkspace-devcluster = gpuworkspace_devcluster.cli:main" in _metadata(
+        wheel, "entry_points.txt"
+    )
+    meta = email.parser.Parser().parsestr(_metadata(wheel, "METADATA"))
+    assert meta["Name"] == "gpuworkspace-devcluster"
+    assert [r for r in meta.get_all("Requires-Dist") or [] if "spawner" in r] == []
 
 
 def test_license_is_bsd_3_clause() -> None:
@@ -98,10 +184,11 @@ def test_pyproject_holds_only_the_build_system() -> None:
     assert set(data) == {"build-system"}
 
 
-def test_import_contracts_are_kept() -> None:
+@pytest.mark.parametrize("folder", [".", "devcluster"], ids=["spawner", "devcluster"])
+def test_import_contracts_are_kept(folder: str) -> None:
     result = subprocess.run(
         [_lint_imports(), "--no-cache"],
-        cwd=REPO,
+        cwd=REPO / folder,
         capture_output=True,
         text=True,
         timeout=120,
@@ -120,13 +207,12 @@ def _write(root: Path, relpath: str, source: str = "") -> None:
 def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     """The same contracts, run over a small copy of the package that breaks each of them."""
     pkg = "gpuworkspace_spawner"
-    for sub in ("manifests", "lifecycle", "catalog", "jobs", "k8s", "devcluster", "services"):
+    for sub in ("manifests", "lifecycle", "catalog", "jobs", "k8s", "services"):
         _write(tmp_path, f"{pkg}/{sub}/__init__.py")
-    _write(tmp_path, f"{pkg}/__init__.py", "from gpuworkspace_spawner.devcluster import tool\n")
-    _write(tmp_path, f"{pkg}/devcluster/tool.py", "import kubernetes_asyncio\nimport tornado\n")
-    _write(
-        tmp_path, f"{pkg}/services/culler/__init__.py", "from gpuworkspace_spawner.devcluster import tool\n"
-    )
+    _write(tmp_path, f"{pkg}/__init__.py", "from gpuworkspace_devcluster import tool\n")
+    _write(tmp_path, "gpuworkspace_devcluster/__init__.py")
+    _write(tmp_path, "gpuworkspace_devcluster/tool.py", "import kubernetes_asyncio\nimport tornado\n")
+    _write(tmp_path, f"{pkg}/services/culler/__init__.py", "import gpuworkspace_devcluster.tool\n")
     for core in ("model", "state", "precedence"):
         _write(tmp_path, f"{pkg}/services/culler/{core}.py")
     _write(tmp_path, f"{pkg}/services/culler/policy.py", "import tornado.httpclient\n")
@@ -179,12 +265,13 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     )
     out = " ".join(result.stdout.split())  # the report wraps long lines
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "0 kept, 15 broken" in out, out
+    assert "0 kept, 14 broken" in out, out
     for expected in (
-        # forbidden: indirect, through services
+        # the devcluster's distribution: from the root package's own __init__ and from a subpackage
+        "gpuworkspace_spawner is not allowed to import gpuworkspace_devcluster",
+        "gpuworkspace_spawner -> gpuworkspace_devcluster (l.1)",
+        "gpuworkspace_spawner.services.culler -> gpuworkspace_devcluster (l.1)",
         "gpuworkspace_spawner.manifests.pod -> gpuworkspace_spawner.services.culler",
-        # protected: the root package's own __init__
-        "gpuworkspace_spawner -> gpuworkspace_spawner.devcluster.tool",
         "gpuworkspace_spawner.catalog is not allowed to import tornado",
         "gpuworkspace_spawner.lifecycle is not allowed to import gpuworkspace_spawner.k8s",
         "gpuworkspace_spawner.jobs is not allowed to import kubernetes_asyncio",
@@ -206,3 +293,27 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         "gpuworkspace_spawner.jobs is not allowed to import jupyterhub",
     ):
         assert expected in out, f"{expected!r} not reported:\n{result.stdout}"
+
+
+def test_the_devclusters_contract_catches_an_import_of_the_spawner(tmp_path: Path) -> None:
+    """devcluster/setup.cfg's contract: the emulator imports nothing of the spawner, indirectly neither."""
+    _write(tmp_path, "gpuworkspace_spawner/__init__.py")
+    _write(tmp_path, "gpuworkspace_spawner/manifests.py")
+    _write(tmp_path, "gpuworkspace_devcluster/__init__.py")
+    _write(tmp_path, "gpuworkspace_devcluster/sim/__init__.py")
+    _write(tmp_path, "gpuworkspace_devcluster/sim/kubelet.py", "from ..store import x\n")
+    _write(tmp_path, "gpuworkspace_devcluster/store.py", "from gpuworkspace_spawner import manifests\n")
+    result = subprocess.run(
+        [_lint_imports(), "--no-cache", "--config", str(REPO / "devcluster" / "setup.cfg")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = " ".join(result.stdout.split())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "0 kept, 1 broken" in out, out
+    assert "gpuworkspace_devcluster is not allowed to import gpuworkspace_spawner" in out, out
+    assert "gpuworkspace_devcluster.store -> gpuworkspace_spawner" in out, out

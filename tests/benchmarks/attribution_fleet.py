@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuworkspace_spawner.devcluster.sim.dcgm import (
+from gpuworkspace_devcluster.sim.dcgm import (
     MIG_FIRST_GI,
     Allocation,
     Gpu,
@@ -21,8 +21,8 @@ from gpuworkspace_spawner.devcluster.sim.dcgm import (
     pci_bus_id,
     render_metrics,
 )
-from gpuworkspace_spawner.devcluster.sim.resourcemetrics import ContainerUsage, render_resource_metrics
-from gpuworkspace_spawner.devcluster.sim.workloads import Workload, WorkloadBook
+from gpuworkspace_devcluster.sim.resourcemetrics import ContainerUsage, render_resource_metrics
+from gpuworkspace_devcluster.sim.workloads import Workload, WorkloadBook
 
 NS = "gpu-workspaces"
 GPUS_PER_NODE = 8

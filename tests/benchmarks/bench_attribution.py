@@ -10,7 +10,7 @@ How it measures
     in-process through ``c.verbs.create`` (+ the status subresource) with the synthetic fleet of
     :mod:`.attribution_fleet` (64 Nodes with InternalIPs 127.200.x.1, 2,000 workspace pods with our
     labels, the Service ``gpu-operator/nvidia-dcgm-exporter`` and its EndpointSlice as
-    :func:`~gpuworkspace_spawner.devcluster.sim.resourcemetrics.discovery_objects` shapes them); the
+    :func:`~gpuworkspace_devcluster.sim.resourcemetrics.discovery_objects` shapes them); the
     scrape targets (one aiohttp app, a TCPSite per node IP for dcgm-exporter's ``:9400/metrics`` and
     the kubelet's ``:10250/metrics/resource``, fixed texts rendered by the devcluster's renderers); and
     a fake hub API (``GET /hub/api/user`` answering each token's model, ``GET /hub/api/groups``
@@ -138,8 +138,8 @@ def _hub_routes(
 
 def _seed(c: Any, fleet: Any) -> float:
     """Nodes, pods (with status) and the dcgm-exporter discovery objects, through ``c.verbs``."""
-    from gpuworkspace_spawner.devcluster import resources
-    from gpuworkspace_spawner.devcluster.sim.resourcemetrics import discovery_objects
+    from gpuworkspace_devcluster import resources
+    from gpuworkspace_devcluster.sim.resourcemetrics import discovery_objects
 
     from .attribution_fleet import NS, node_ip
 
@@ -168,7 +168,7 @@ async def _world(
 ) -> None:
     from aiohttp import web
 
-    from gpuworkspace_spawner.devcluster.cluster import DevCluster
+    from gpuworkspace_devcluster.cluster import DevCluster
 
     from .attribution_fleet import build_fleet, node_ip
 

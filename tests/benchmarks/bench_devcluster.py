@@ -133,7 +133,7 @@ def pod_body(i: int) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ the server's side
 def _server_command(c: Any, cmd: str, args: tuple[Any, ...]) -> Any:
     """Runs in the cluster's process, on its loop: seeding, resourceVersion, the request log."""
-    from gpuworkspace_spawner.devcluster import resources
+    from gpuworkspace_devcluster import resources
 
     if cmd == "seed":  # create pods [start, stop) in-process through the verbs (no HTTP)
         start, stop = args
@@ -159,7 +159,7 @@ def _server_command(c: Any, cmd: str, args: tuple[Any, ...]) -> Any:
 
 
 async def _child_loop(conn: multiprocessing.connection.Connection, state_dir: str, persist: bool) -> None:
-    from gpuworkspace_spawner.devcluster.cluster import DevCluster
+    from gpuworkspace_devcluster.cluster import DevCluster
 
     loop = asyncio.get_running_loop()
     async with DevCluster(state_dir, persist=persist) as c:
@@ -191,7 +191,7 @@ class Server:
 
     async def __aenter__(self) -> Server:
         if self.in_process:
-            from gpuworkspace_spawner.devcluster.cluster import DevCluster
+            from gpuworkspace_devcluster.cluster import DevCluster
 
             self._cluster = DevCluster(self.state_dir, persist=self.persist)
             await self._cluster.start()

@@ -59,7 +59,7 @@ from .bench_devcluster import make_clients, pct
 NS = "gpu-workspaces"
 NOTEBOOK_IMAGE = "quay.io/jupyter/base-notebook:2024-12-02"
 LITE_IMAGE = "gpuworkspace.dev/lite-singleuser:1"
-LITE_MODULE = "gpuworkspace_spawner.devcluster.sim.lite_server"
+LITE_MODULE = "gpuworkspace_devcluster.sim.lite_server"
 TOKEN = "bench-sim-pods-token"
 REAL_PODS = 20
 LITE_PODS = 1000
@@ -120,7 +120,7 @@ def mem_available() -> int:
 
 # ------------------------------------------------------------------------------------- topology
 def bench_topology(path: Path) -> Path:
-    from gpuworkspace_spawner.devcluster.sim.topology import DEFAULT_TOPOLOGY
+    from gpuworkspace_devcluster.sim.topology import DEFAULT_TOPOLOGY
 
     topo = yaml.safe_load(DEFAULT_TOPOLOGY.read_text())
     for node in topo["nodes"]:
@@ -148,13 +148,13 @@ def _server_command(c: Any, cmd: str, args: tuple[Any, ...]) -> Any:
 
 
 def _pods_rt() -> Any:
-    from gpuworkspace_spawner.devcluster import resources
+    from gpuworkspace_devcluster import resources
 
     return resources.find("", "v1", "pods")
 
 
 async def _child_loop(conn: multiprocessing.connection.Connection, state_dir: str, topology: str) -> None:
-    from gpuworkspace_spawner.devcluster.cluster import DevCluster
+    from gpuworkspace_devcluster.cluster import DevCluster
 
     loop = asyncio.get_running_loop()
     async with DevCluster(state_dir, persist=False, simulate=True, topology=topology) as c:
@@ -186,7 +186,7 @@ class Server:
 
     async def __aenter__(self) -> Server:
         if self.in_process:
-            from gpuworkspace_spawner.devcluster.cluster import DevCluster
+            from gpuworkspace_devcluster.cluster import DevCluster
 
             self._cluster = DevCluster(
                 self.state_dir, persist=False, simulate=True, topology=str(self.topology)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client, config
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 
 @pytest.fixture

@@ -24,10 +24,10 @@ import yaml
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuworkspace_spawner.devcluster.apiserver import RequestRecord
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.faults import FaultRule
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.apiserver import RequestRecord
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.faults import FaultRule
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 from .conftest import Kubectl
 from .test_api_verbs import NS, make_ns, pod, status_of

@@ -8,7 +8,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.cluster import DevCluster
 
 NS = "gpu-workspaces"
 
@@ -315,7 +315,7 @@ async def test_state_survives_restart(tmp_path) -> None:
     state = tmp_path / "state"
     async with DevCluster(state) as first:
         ns_rt = first.verbs  # create through the verbs layer directly
-        from gpuworkspace_spawner.devcluster.resources import find
+        from gpuworkspace_devcluster.resources import find
 
         first.verbs.create(find("", "v1", "namespaces"), "", {"metadata": {"name": "keep"}})
         cm = ns_rt.create(

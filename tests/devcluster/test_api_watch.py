@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import aiohttp
 from kubernetes_asyncio import client, watch
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.faults import FaultRule
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.store import Store
-from gpuworkspace_spawner.devcluster.watching import WatchRequest, WatchStream
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.faults import FaultRule
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.store import Store
+from gpuworkspace_devcluster.watching import WatchRequest, WatchStream
 
 from .test_api_verbs import NS, make_ns, pod
 

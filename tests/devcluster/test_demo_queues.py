@@ -10,9 +10,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 REPO = Path(__file__).resolve().parents[2]
 CQS = find("kueue.x-k8s.io", "v1beta2", "clusterqueues")

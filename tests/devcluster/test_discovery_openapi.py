@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster import crds, discovery, openapi, resources, validation
+from gpuworkspace_devcluster import crds, discovery, openapi, resources, validation
 
 SHARED = validation.find_shared_schemas()
 needs_shared = pytest.mark.skipif(

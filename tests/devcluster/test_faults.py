@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.faults import (
+from gpuworkspace_devcluster.faults import (
     FaultDecision,
     FaultInjector,
     FaultRule,

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster import jobspec
-from gpuworkspace_spawner.devcluster.tables import human_duration, parse_time
+from gpuworkspace_devcluster import jobspec
+from gpuworkspace_devcluster.tables import human_duration, parse_time
 
 Obj = dict[str, Any]
 

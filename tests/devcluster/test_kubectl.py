@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.faults import FaultRule
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
-from gpuworkspace_spawner.devcluster.validation import find_shared_schemas
+from gpuworkspace_devcluster.faults import FaultRule
+from gpuworkspace_devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.validation import find_shared_schemas
 
 from .conftest import Kubectl
 

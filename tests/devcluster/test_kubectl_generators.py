@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 from .conftest import Kubectl
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 from .conftest import Kubectl
 

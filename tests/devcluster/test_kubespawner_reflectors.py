@@ -11,8 +11,8 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import Configuration
 from kubespawner.spawner import EventReflector, PodReflector
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.faults import FaultRule
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.faults import FaultRule
 
 from .test_api_verbs import NS, make_ns, pod
 

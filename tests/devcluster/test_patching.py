@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.patching import (
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.patching import (
     SchemaLookup,
     accepted_patch_types,
     apply_json_patch,
@@ -27,7 +27,7 @@ from gpuworkspace_spawner.devcluster.patching import (
     strategic_merge_supported,
     unsupported_patch_type,
 )
-from gpuworkspace_spawner.devcluster.resources import ResourceType, find
+from gpuworkspace_devcluster.resources import ResourceType, find
 
 
 def _rt(group: str, version: str, plural: str) -> ResourceType:

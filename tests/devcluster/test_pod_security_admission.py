@@ -1,5 +1,5 @@
 """Conformance: Pod Security Admission from the namespace's labels, as the real API server answers
-(the checks: gpuworkspace_spawner/devcluster/podsecurity.py, tested against upstream in
+(the checks: devcluster/gpuworkspace_devcluster/podsecurity.py, tested against upstream in
 tests/helm/test_pod_security.py)."""
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.podio import LocalDirRuntime, PodIO, format_rfc3339nano
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.podio import LocalDirRuntime, PodIO, format_rfc3339nano
 
 Pod = dict[str, Any]
 T0 = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z
@@ -486,8 +486,8 @@ async def test_kubectl_logs_follow(tmp_path: Path) -> None:
 
 @needs_kubectl
 async def test_kubectl_through_the_devcluster(tmp_path: Path) -> None:
-    from gpuworkspace_spawner.devcluster.cluster import DevCluster
-    from gpuworkspace_spawner.devcluster.resources import find
+    from gpuworkspace_devcluster.cluster import DevCluster
+    from gpuworkspace_devcluster.resources import find
 
     pods = find("", "v1", "pods")
     assert pods is not None

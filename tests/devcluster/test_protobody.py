@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster import protobody
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.resources import ResourceType, find
+from gpuworkspace_devcluster import protobody
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.resources import ResourceType, find
 
 CONFIGMAPS = find("", "v1", "configmaps")
 assert CONFIGMAPS is not None

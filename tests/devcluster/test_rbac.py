@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.rbac import (
+from gpuworkspace_devcluster.rbac import (
     ANONYMOUS,
     RequestAttributes,
     TokenAuthenticator,

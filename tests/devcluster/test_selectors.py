@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.resources import ResourceType, find
-from gpuworkspace_spawner.devcluster.selectors import (
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.resources import ResourceType, find
+from gpuworkspace_devcluster.selectors import (
     LabelSelector,
     label_selector_from_object,
     parse_field_selector,

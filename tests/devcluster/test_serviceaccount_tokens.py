@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster import saadmission
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.satokens import TokenIssuer
-from gpuworkspace_spawner.devcluster.sim import eviction
-from gpuworkspace_spawner.devcluster.store import Store
-from gpuworkspace_spawner.devcluster.verbs import Verbs
+from gpuworkspace_devcluster import saadmission
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.satokens import TokenIssuer
+from gpuworkspace_devcluster.sim import eviction
+from gpuworkspace_devcluster.store import Store
+from gpuworkspace_devcluster.verbs import Verbs
 
 Obj = dict[str, Any]
 PODS, SAS, NAMESPACES = (

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster import resources
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.tables import (
+from gpuworkspace_devcluster import resources
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.tables import (
     build_table,
     eval_jsonpath,
     format_quantity,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster import resources, validation
-from gpuworkspace_spawner.devcluster.errors import ApiError
+from gpuworkspace_devcluster import resources, validation
+from gpuworkspace_devcluster.errors import ApiError
 
 SHARED = validation.find_shared_schemas()
 needs_shared = pytest.mark.skipif(
@@ -345,7 +345,7 @@ def test_custom_kinds_without_schemas_are_accepted_with_a_logged_warning(
     assert bare.custom_schema(VM) is None
     assert bare.for_type(VM) is None
     obj = copy.deepcopy(SEED_VM) | {"anything": {"goes": True}}
-    with caplog.at_level(logging.WARNING, logger="gpuworkspace_spawner.devcluster.validation"):
+    with caplog.at_level(logging.WARNING, logger="gpuworkspace_devcluster.validation"):
         assert validate(VM, obj, schemas=bare) == []
     assert obj["anything"] == {"goes": True}
     # built-ins are still checked

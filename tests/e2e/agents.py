@@ -27,7 +27,7 @@ from .harness import BIN, Proc, wait_for
 
 SERVICE = "gpuworkspace-agent"
 PORT = 9500
-FAKE_NVML = "gpuworkspace_spawner.devcluster.sim.fakenvml"
+FAKE_NVML = "gpuworkspace_devcluster.sim.fakenvml"
 GPU_NODES = ("gpu-node-a", "gpu-node-b")
 
 

@@ -202,7 +202,8 @@ class Devcluster:
         self.state_dir = state_dir.resolve()
         self.kubeconfig = self.state_dir / "kubeconfig"
         self.service_accounts = service_accounts
-        argv = [str(BIN / "gpuworkspace-devcluster"), "up", "--state-dir", str(self.state_dir)]
+        # `gpuworkspace-devcluster up` with this interpreter: whichever copy of the devcluster it imports
+        argv = [sys.executable, "-m", "gpuworkspace_devcluster", "up", "--state-dir", str(self.state_dir)]
         if rbac:
             argv.append("--rbac")
         self.proc = Proc("devcluster", argv, log_dir / "devcluster.log", _base_env())

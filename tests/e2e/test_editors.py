@@ -1,7 +1,7 @@
 """Editors that work where offered: JupyterLab and code-server, each behind the hub's authentication.
 
 Real JupyterHub + proxy + devcluster. code-server cannot be installed here: the devcluster runs its
-stand-in (``devcluster/sim/codeserver.py``, a page naming itself) wherever the image contract puts
+stand-in (``devcluster/gpuworkspace_devcluster/sim/codeserver.py``, a page naming itself) wherever the image contract puts
 code-server -- on the golden VM image's loopback port 8080, proxied by the guest's Jupyter server at
 ``/vscode/`` (``sim/guest.py``), and in the ``gpuworkspace.dev/workspace-notebook`` image, where
 jupyter-vscode-proxy starts it (``sim/images.py``). What is tested is the wiring a user goes through:
@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.sim.codeserver import MARKER
+from gpuworkspace_devcluster.sim.codeserver import MARKER
 
 from .harness import USER_AGENT, HubStack
 from .test_vm_workspace import vm_objects

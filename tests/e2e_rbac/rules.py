@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuworkspace_spawner.devcluster.rbac import RequestAttributes, rule_allows
-from gpuworkspace_spawner.devcluster.resources import (
+from gpuworkspace_devcluster.rbac import RequestAttributes, rule_allows
+from gpuworkspace_devcluster.resources import (
     KUBEVIRT_SUBRESOURCE_GROUP,
     KUBEVIRT_VM_ACTIONS,
     RESOURCE_TYPES,

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gpuworkspace_spawner.devcluster.openapi import find_shared_schemas
+from gpuworkspace_devcluster.openapi import find_shared_schemas
 
 REPO = Path(__file__).resolve().parents[2]
 HELM = REPO / "helm-values"

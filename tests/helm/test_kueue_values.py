@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.resources import RESOURCE_TYPES
+from gpuworkspace_devcluster.validation import validate_object
 from gpuworkspace_spawner.catalog import load_catalog
 from gpuworkspace_spawner.catalog.units import GPU_RESOURCE, parse_quantity
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.resources import RESOURCE_TYPES
-from gpuworkspace_spawner.devcluster.validation import validate_object
 from tests.helm import MANIFESTS, REPO, SHARED, WORKSPACE_NAMESPACE, manifests
 
 KUEUE = "kueue.x-k8s.io"

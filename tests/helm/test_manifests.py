@@ -21,8 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpuworkspace_devcluster.resources import RESOURCE_TYPES
 from gpuworkspace_spawner.catalog import load_catalog
-from gpuworkspace_spawner.devcluster.resources import RESOURCE_TYPES
 from gpuworkspace_spawner.services.attribution.app import _parser as attribution_parser
 from tests.helm import (
     BASE,
@@ -37,7 +37,7 @@ from tests.helm import (
     manifests,
 )
 
-KUBERNETES_VERSION = "1.33"  # what the devcluster serves (devcluster/openapi.py)
+KUBERNETES_VERSION = "1.33"  # what the devcluster serves (devcluster/gpuworkspace_devcluster/openapi.py)
 DEMO_CATALOG = REPO / "hub_config" / "catalog"
 VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"})
 # Subresources that exist only for authorization (a SubjectAccessReview), never as an API path.

@@ -3,7 +3,7 @@ Admission, level baseline, from its labels in extra-manifests/00-namespaces.yaml
 that a workspace needs: the spawner's pods (the golden fixtures of tests/unit/golden) and KubeVirt's
 virt-launcher pods for VM workspaces.
 
-The verdicts come from :mod:`gpuworkspace_spawner.devcluster.podsecurity`, a port of the upstream
+The verdicts come from :mod:`gpuworkspace_devcluster.podsecurity`, a port of the upstream
 baseline checks; its messages are compared with upstream's own test expectations below.
 
 The virt-launcher pods are built by :func:`virt_launcher_pod` with the security-relevant fields
@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.catalog.model import WorkspaceProfile
-from gpuworkspace_spawner.devcluster.podsecurity import (
+from gpuworkspace_devcluster.podsecurity import (
     LABEL_PREFIX,
     PolicyLabelError,
     enforced_policy,
     evaluate_baseline,
     pod_admission,
 )
+from gpuworkspace_spawner.catalog.model import WorkspaceProfile
 from gpuworkspace_spawner.manifests.pod import build_workspace_pod
 from gpuworkspace_spawner.manifests.vm import build_vm
 from tests.helm import REPO, WORKSPACE_NAMESPACE, load_yaml, manifests

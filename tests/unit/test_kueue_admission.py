@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.sim.kueueadmit import (
+from gpuworkspace_devcluster.sim.kueueadmit import (
     Assignment,
     FlavorQuota,
     PodSet,
@@ -17,7 +17,7 @@ from gpuworkspace_spawner.devcluster.sim.kueueadmit import (
     WorkloadView,
     decide_admissions,
 )
-from gpuworkspace_spawner.devcluster.sim.kueueobjs import (
+from gpuworkspace_devcluster.sim.kueueobjs import (
     job_suspended,
     pod_set_template,
     restore_template,

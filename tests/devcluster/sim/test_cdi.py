@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.base import SimController
-from gpuworkspace_spawner.devcluster.sim.cdi import CdiController, claim_metadata, render_claim_spec
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.csi import CsiController, claim_volume_dir
-from gpuworkspace_spawner.devcluster.sim.topology import ROOTFS_ANNOTATION
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.base import SimController
+from gpuworkspace_devcluster.sim.cdi import CdiController, claim_metadata, render_claim_spec
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.csi import CsiController, claim_volume_dir
+from gpuworkspace_devcluster.sim.topology import ROOTFS_ANNOTATION
 
 MERGE = "application/merge-patch+json"
 NAMESPACES, PVCS, PODS = (

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from jupyter_vscode_proxy import setup_vscode
 
-from gpuworkspace_spawner.devcluster.sim import codeserver, images
-from gpuworkspace_spawner.devcluster.sim.guest import code_server_config, free_port
+from gpuworkspace_devcluster.sim import codeserver, images
+from gpuworkspace_devcluster.sim.guest import code_server_config, free_port
 
 DIGEST = "0" * 63 + "1"
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.base import SimController
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.csi import (
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.base import SimController
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.csi import (
     CsiController,
     claim_volume_dir,
     fill_volume,
@@ -26,14 +26,14 @@ from gpuworkspace_spawner.devcluster.sim.csi import (
     volume_dir,
     volume_usage,
 )
-from gpuworkspace_spawner.devcluster.sim.csi_attach import (
+from gpuworkspace_devcluster.sim.csi_attach import (
     AttachController,
     multi_attach_message,
     volumes_attached,
 )
-from gpuworkspace_spawner.devcluster.sim.csi_resize import ResizeController
-from gpuworkspace_spawner.devcluster.sim.snapshots import SnapshotController, snapshot_dir
-from gpuworkspace_spawner.devcluster.sim.topology import ROOTFS_ANNOTATION
+from gpuworkspace_devcluster.sim.csi_resize import ResizeController
+from gpuworkspace_devcluster.sim.snapshots import SnapshotController, snapshot_dir
+from gpuworkspace_devcluster.sim.topology import ROOTFS_ANNOTATION
 
 MERGE = "application/merge-patch+json"
 PVCS, PVS, PODS = (

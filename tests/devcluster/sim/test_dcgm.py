@@ -17,11 +17,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.openapi import find_shared_schemas
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.dcgm import (
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.openapi import find_shared_schemas
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.dcgm import (
     Allocation,
     ExporterOptions,
     Gpu,
@@ -31,9 +31,9 @@ from gpuworkspace_spawner.devcluster.sim.dcgm import (
     render_metrics,
     sanitize_label_name,
 )
-from gpuworkspace_spawner.devcluster.sim.devices import DeviceManager
-from gpuworkspace_spawner.devcluster.sim.failures import node_not_ready, node_recover
-from gpuworkspace_spawner.devcluster.sim.resourcemetrics import (
+from gpuworkspace_devcluster.sim.devices import DeviceManager
+from gpuworkspace_devcluster.sim.failures import node_not_ready, node_recover
+from gpuworkspace_devcluster.sim.resourcemetrics import (
     ContainerUsage,
     DcgmExporter,
     ProcSnapshot,
@@ -41,8 +41,8 @@ from gpuworkspace_spawner.devcluster.sim.resourcemetrics import (
     go_float,
     render_resource_metrics,
 )
-from gpuworkspace_spawner.devcluster.sim.topology import load_topology
-from gpuworkspace_spawner.devcluster.sim.workloads import (
+from gpuworkspace_devcluster.sim.topology import load_topology
+from gpuworkspace_devcluster.sim.workloads import (
     Workload,
     WorkloadBook,
     WorkloadError,

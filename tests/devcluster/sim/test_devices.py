@@ -8,13 +8,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gpuworkspace_spawner.devcluster.sim.devices import (
+from gpuworkspace_devcluster.sim.devices import (
     DeviceManager,
     DeviceUnavailable,
     gpu_uuid,
     is_device_resource,
 )
-from gpuworkspace_spawner.devcluster.sim.topology import DEFAULT_TOPOLOGY, Topology, load_topology
+from gpuworkspace_devcluster.sim.topology import DEFAULT_TOPOLOGY, Topology, load_topology
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 

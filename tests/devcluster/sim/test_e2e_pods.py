@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuworkspace_spawner.devcluster.sim.procs import marked_processes
-from gpuworkspace_spawner.devcluster.sim.topology import DEFAULT_TOPOLOGY
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.sim.procs import marked_processes
+from gpuworkspace_devcluster.sim.topology import DEFAULT_TOPOLOGY
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 from ..conftest import Kubectl
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 from ..conftest import Kubectl
 

@@ -13,9 +13,9 @@ import asyncio
 
 from kubernetes_asyncio import client
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.events import record_event
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.events import record_event
 
 EVENTS = find("", "v1", "events")
 NS = "default"

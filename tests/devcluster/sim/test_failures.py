@@ -13,11 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.control import control_handlers
-from gpuworkspace_spawner.devcluster.sim.failures import (
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.control import control_handlers
+from gpuworkspace_devcluster.sim.failures import (
     FaultError,
     OutOfServiceController,
     SimFaults,
@@ -31,8 +31,8 @@ from gpuworkspace_spawner.devcluster.sim.failures import (
     refresh_fenced_nodes,
     slow_image_pull,
 )
-from gpuworkspace_spawner.devcluster.sim.netfence import NetworkFenceController, is_fenced
-from gpuworkspace_spawner.devcluster.sim.workloads import workload_book
+from gpuworkspace_devcluster.sim.netfence import NetworkFenceController, is_fenced
+from gpuworkspace_devcluster.sim.workloads import workload_book
 
 NODES, PODS, EVENTS = find("", "v1", "nodes"), find("", "v1", "pods"), find("", "v1", "events")
 PVCS, PVS = find("", "v1", "persistentvolumeclaims"), find("", "v1", "persistentvolumes")

@@ -25,12 +25,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuworkspace_devcluster.sim import fakenvml
+from gpuworkspace_devcluster.sim.dcgm import render_metrics
+from gpuworkspace_devcluster.sim.nvmlview import cgroup_text, nvml_view, qos_class, synthetic_pid
+from gpuworkspace_devcluster.sim.workloads import Workload, WorkloadBook
+from gpuworkspace_devcluster.testing import BackgroundCluster
 from gpuworkspace_spawner.agent.cgroup import pod_uid_from_cgroup
-from gpuworkspace_spawner.devcluster.sim import fakenvml
-from gpuworkspace_spawner.devcluster.sim.dcgm import render_metrics
-from gpuworkspace_spawner.devcluster.sim.nvmlview import cgroup_text, nvml_view, qos_class, synthetic_pid
-from gpuworkspace_spawner.devcluster.sim.workloads import Workload, WorkloadBook
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
 
 from ..conftest import Kubectl
 from .test_dcgm import ALLOCATIONS, GPUS, NOW, PODS_BY_UID, samples
@@ -203,7 +203,7 @@ def test_real_agent_reports_scripted_processes_per_pod(live: tuple[Kubectl, Cont
     argv = [
         str(Path(sys.executable).parent / "gpuworkspace-agent"),
         *("--listen", f"127.0.0.1:{port}", "--node-name", "gpu-node-a"),
-        *("--nvml-module", "gpuworkspace_spawner.devcluster.sim.fakenvml"),
+        *("--nvml-module", "gpuworkspace_devcluster.sim.fakenvml"),
         *("--proc-root", str(state / "sim" / "proc" / "gpu-node-a")),
     ]
     agent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

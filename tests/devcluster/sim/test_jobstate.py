@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster import jobspec
-from gpuworkspace_spawner.devcluster.sim.jobstate import index_ranges, plan_job
+from gpuworkspace_devcluster import jobspec
+from gpuworkspace_devcluster.sim.jobstate import index_ranges, plan_job
 
 Obj = dict[str, Any]
 NOW, NOW_S = "2026-12-02T01:00:00Z", 1_000_000.0

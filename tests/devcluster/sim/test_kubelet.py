@@ -20,16 +20,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.sim import images, podenv
-from gpuworkspace_spawner.devcluster.sim.base import rt_of
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.kubelet import Kubelet, KubeletConfig, KubeletRuntime
-from gpuworkspace_spawner.devcluster.sim.podstatus import go_duration
-from gpuworkspace_spawner.devcluster.sim.podvolumes import PodVolumes, attachment_name
-from gpuworkspace_spawner.devcluster.sim.procs import MARKER
-from gpuworkspace_spawner.devcluster.store import Store
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.sim import images, podenv
+from gpuworkspace_devcluster.sim.base import rt_of
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.kubelet import Kubelet, KubeletConfig, KubeletRuntime
+from gpuworkspace_devcluster.sim.podstatus import go_duration
+from gpuworkspace_devcluster.sim.podvolumes import PodVolumes, attachment_name
+from gpuworkspace_devcluster.sim.procs import MARKER
+from gpuworkspace_devcluster.store import Store
 
 Obj = dict[str, Any]
 PODS, NODES, EVENTS = rt_of("", "pods"), rt_of("", "nodes"), rt_of("", "events")

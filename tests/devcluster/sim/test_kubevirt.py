@@ -25,25 +25,25 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.quantity import parse_quantity
-from gpuworkspace_spawner.devcluster.sim import codeserver, guest
-from gpuworkspace_spawner.devcluster.sim.base import rt_of
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.kubevirt import (
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.quantity import parse_quantity
+from gpuworkspace_devcluster.sim import codeserver, guest
+from gpuworkspace_devcluster.sim.base import rt_of
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.kubevirt import (
     VM_FINALIZER,
     VMI_FINALIZER,
     KubeVirtController,
     decide_vm_action,
 )
-from gpuworkspace_spawner.devcluster.sim.virtlauncher import (
+from gpuworkspace_devcluster.sim.virtlauncher import (
     DISK_DIR,
     LAUNCHER_IMAGE,
     SECRET_DIR,
     launcher_resources,
     memory_overhead,
 )
-from gpuworkspace_spawner.devcluster.vmactions import run_vm_action
+from gpuworkspace_devcluster.vmactions import run_vm_action
 
 Obj = dict[str, Any]
 NS, VM, DISK, SECRET = (
@@ -692,7 +692,7 @@ def test_guest_boots_serves_and_persists(tmp_path: Path) -> None:
         "GUEST_VMI": "notebook-user01",
         "POD_IP": ip,
     }
-    cmd = [sys.executable, "-m", "gpuworkspace_spawner.devcluster.sim.guest", "--qemu-timeout", "240s"]
+    cmd = [sys.executable, "-m", "gpuworkspace_devcluster.sim.guest", "--qemu-timeout", "240s"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline, status = time.monotonic() + 45, 0

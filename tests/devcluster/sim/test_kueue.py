@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.jobs import JobController
-from gpuworkspace_spawner.devcluster.sim.kueue import KueueController
-from gpuworkspace_spawner.devcluster.sim.kueueobjs import workload_name
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.jobs import JobController
+from gpuworkspace_devcluster.sim.kueue import KueueController
+from gpuworkspace_devcluster.sim.kueueobjs import workload_name
 
 K = "kueue.x-k8s.io"
 JOBS = find("batch", "v1", "jobs")

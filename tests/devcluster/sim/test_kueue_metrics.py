@@ -9,11 +9,11 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.kueue import KueueController
-from gpuworkspace_spawner.devcluster.sim.kueuemetrics import exponential_buckets, wait_started
-from gpuworkspace_spawner.devcluster.sim.kueueobjs import workload_name
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.kueue import KueueController
+from gpuworkspace_devcluster.sim.kueuemetrics import exponential_buckets, wait_started
+from gpuworkspace_devcluster.sim.kueueobjs import workload_name
 
 from .test_kueue import JOBS, NS, WLS, complete, cond, job, kueue, until  # noqa: F401 -- the fixture
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 from ..conftest import Kubectl
 

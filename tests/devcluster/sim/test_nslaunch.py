@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.sim import atomicwriter, mountns
-from gpuworkspace_spawner.devcluster.sim.podvolumes import MountTable
+from gpuworkspace_devcluster.sim import atomicwriter, mountns
+from gpuworkspace_devcluster.sim.podvolumes import MountTable
 
 NAMESPACES, WHY = mountns.available(sys.executable)
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"no mount namespaces here: {WHY}")

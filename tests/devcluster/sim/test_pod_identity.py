@@ -19,12 +19,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.sim import mountns
-from gpuworkspace_spawner.devcluster.sim.base import rt_of
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.kubelet import Kubelet
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.sim import mountns
+from gpuworkspace_devcluster.sim.base import rt_of
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.kubelet import Kubelet
 
 from .test_kubelet import INDEX, NODE, NODES, PODS, Sim, eventually, fast_config, marked_pids
 

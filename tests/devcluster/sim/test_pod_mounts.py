@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 import yaml
 
-from gpuworkspace_spawner.devcluster.sim import images, mountns
-from gpuworkspace_spawner.devcluster.sim.hubrun import rebind
+from gpuworkspace_devcluster.sim import images, mountns
+from gpuworkspace_devcluster.sim.hubrun import rebind
 
 from .test_kubelet import (
     CONFIGMAPS,

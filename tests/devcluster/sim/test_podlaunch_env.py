@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.sim import images, podlaunch
-from gpuworkspace_spawner.devcluster.sim.podvolumes import MountTable
+from gpuworkspace_devcluster.sim import images, podlaunch
+from gpuworkspace_devcluster.sim.podvolumes import MountTable
 
 IMAGE = "quay.io/jupyter/base-notebook@sha256:" + "0" * 64
 HOST = podlaunch.HostInfo(
@@ -37,4 +37,12 @@ def test_the_single_user_server_runs_this_checkouts_package(
     pod = {"metadata": {"name": "p"}}
     launch = podlaunch.plan(pod, container, image, env, MountTable(root=tmp_path), "127.10.0.2", HOST)
     paths = launch.env.get("PYTHONPATH", "").split(":")
-    assert (podlaunch.PACKAGE_ROOT in paths) is gets_package
+    for root in podlaunch.PACKAGE_ROOTS:
+        assert (root in paths) is gets_package
+
+
+def test_the_package_roots_are_this_checkouts_devcluster_and_spawner() -> None:
+    """From a checkout, both distributions' code comes from it: devcluster/ and the repository root."""
+    devcluster_root, checkout_root = (Path(p) for p in podlaunch.PACKAGE_ROOTS)
+    assert (devcluster_root / "gpuworkspace_devcluster" / "sim" / "guest.py").is_file()
+    assert (checkout_root / "gpuworkspace_spawner" / "spawner.py").is_file()

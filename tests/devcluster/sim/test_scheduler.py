@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.binding import bind_pod
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.errors import ApiError
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.placement import pod_requests, tolerates
-from gpuworkspace_spawner.devcluster.sim.scheduler import ClaimState, Scheduler, decide_placement
-from gpuworkspace_spawner.devcluster.sim.topology import apply_topology, load_topology
+from gpuworkspace_devcluster.binding import bind_pod
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.errors import ApiError
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.placement import pod_requests, tolerates
+from gpuworkspace_devcluster.sim.scheduler import ClaimState, Scheduler, decide_placement
+from gpuworkspace_devcluster.sim.topology import apply_topology, load_topology
 
 Obj = dict[str, Any]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.defaults import SERVICE_CIDR, ClusterIPAllocator
-from gpuworkspace_spawner.devcluster.sim.endpoints import endpoint_subsets, find_port, slice_groups
-from gpuworkspace_spawner.devcluster.testing import BackgroundCluster
+from gpuworkspace_devcluster.defaults import SERVICE_CIDR, ClusterIPAllocator
+from gpuworkspace_devcluster.sim.endpoints import endpoint_subsets, find_port, slice_groups
+from gpuworkspace_devcluster.testing import BackgroundCluster
 
 from ..conftest import Kubectl
 from .test_e2e_pods import apply, eventually, get

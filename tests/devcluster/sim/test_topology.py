@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.context import SimContext
-from gpuworkspace_spawner.devcluster.sim.topology import (
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.context import SimContext
+from gpuworkspace_devcluster.sim.topology import (
     DEFAULT_TOPOLOGY,
     ROOTFS_ANNOTATION,
     apply_topology,

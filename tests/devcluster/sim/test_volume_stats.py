@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuworkspace_spawner.devcluster.sim.resourcemetrics import (
+from gpuworkspace_devcluster.sim.resourcemetrics import (
     EXT4_INODE_RATIO,
     VolumeStat,
     _volume_stats,

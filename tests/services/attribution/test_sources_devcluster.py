@@ -22,8 +22,8 @@ import pytest
 import yaml
 from kubernetes_asyncio import config
 
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import ResourceType, find
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import ResourceType, find
 from gpuworkspace_spawner.services.attribution.model import Basis, Observation
 from gpuworkspace_spawner.services.attribution.rules import attribute
 from gpuworkspace_spawner.services.attribution.sources import KubernetesSource, Settings

@@ -26,10 +26,10 @@ import pytest
 import yaml
 from kubernetes_asyncio import client, config
 
+from gpuworkspace_devcluster.cluster import DevCluster
+from gpuworkspace_devcluster.resources import find
+from gpuworkspace_devcluster.sim.csi import claim_volume_dir
 from gpuworkspace_spawner.catalog import CatalogSource
-from gpuworkspace_spawner.devcluster.cluster import DevCluster
-from gpuworkspace_spawner.devcluster.resources import find
-from gpuworkspace_spawner.devcluster.sim.csi import claim_volume_dir
 from gpuworkspace_spawner.k8s import Forbidden, batch
 from gpuworkspace_spawner.services.jobs.operations import JobOperations, Settings
 from gpuworkspace_spawner.services.serving import ServiceError

@@ -7,18 +7,18 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.devcluster.sim.dcgm import (
+from gpuworkspace_devcluster.sim.dcgm import (
     Allocation,
     ExporterOptions,
     Gpu,
     MigSlice,
     render_metrics,
 )
-from gpuworkspace_spawner.devcluster.sim.resourcemetrics import (
+from gpuworkspace_devcluster.sim.resourcemetrics import (
     ContainerUsage as SimUsage,
 )
-from gpuworkspace_spawner.devcluster.sim.resourcemetrics import render_resource_metrics
-from gpuworkspace_spawner.devcluster.sim.workloads import Workload, WorkloadBook
+from gpuworkspace_devcluster.sim.resourcemetrics import render_resource_metrics
+from gpuworkspace_devcluster.sim.workloads import Workload, WorkloadBook
 from gpuworkspace_spawner.services.attribution.model import ContainerUsage
 from gpuworkspace_spawner.services.attribution.parsing import (
     PROMQL,

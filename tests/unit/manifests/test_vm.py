@@ -20,6 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft4Validator  # type: ignore[import-untyped]
 
+from gpuworkspace_devcluster.openapi import find_shared_schemas
+from gpuworkspace_devcluster.sim.guest import ENV_FILE, parse_env_file
 from gpuworkspace_spawner.catalog.model import (
     NodePool,
     Placement,
@@ -29,8 +31,6 @@ from gpuworkspace_spawner.catalog.model import (
     VmSpec,
     WorkspaceProfile,
 )
-from gpuworkspace_spawner.devcluster.openapi import find_shared_schemas
-from gpuworkspace_spawner.devcluster.sim.guest import ENV_FILE, parse_env_file
 from gpuworkspace_spawner.manifests import names, vm
 from gpuworkspace_spawner.manifests.names import WorkspaceContext, WorkspaceIdentity
 from gpuworkspace_spawner.manifests.vm import (

@@ -1,6 +1,6 @@
 """JupyterHub as ``quay.io/jupyterhub/jupyterhub`` runs it (``CMD ["jupyterhub"]``), on the simulated node.
 
-``python -m gpuworkspace_spawner.devcluster.sim.hubrun ARGS`` is the installed ``jupyterhub ARGS`` with one
+``python -m gpuworkspace_devcluster.sim.hubrun ARGS`` is the installed ``jupyterhub ARGS`` with one
 change: pods share the host's network here, so addresses a container would bind on all interfaces (the
 hub's ``hub_bind_url``/``hub_ip`` and the proxy's public ``bind_url``/``ip``, when their host is empty,
 ``0.0.0.0`` or ``::``) are bound to the pod IP instead (``GPUWORKSPACE_POD_IP``), after the config file the

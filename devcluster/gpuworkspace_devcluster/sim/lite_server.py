@@ -1,6 +1,6 @@
 """A one-process stand-in for ``jupyterhub-singleuser`` (image ``gpuworkspace.dev/lite-singleuser``).
 
-Run as ``python -m gpuworkspace_spawner.devcluster.sim.lite_server [--ip=IP] [--port=N] [--base-url=/p/]``.
+Run as ``python -m gpuworkspace_devcluster.sim.lite_server [--ip=IP] [--port=N] [--base-url=/p/]``.
 Standard library only, so a thousand of them start fast and stay small. It answers what JupyterHub and
 its services ask a single-user server: ``{prefix}api`` (with ``X-JupyterHub-Version``, which the Hub's
 readiness check reads), ``{prefix}api/status``, empty ``api/kernels``/``api/sessions``/``api/terminals``

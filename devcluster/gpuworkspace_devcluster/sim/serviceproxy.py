@@ -1,7 +1,7 @@
 """kube-proxy for the simulated cluster: ClusterIP Services that route.
 
 ClusterIPs come from the devcluster's service range (``--service-cluster-ip-range``
-``127.96.0.0/16``, :data:`~gpuworkspace_spawner.devcluster.defaults.SERVICE_CIDR`), which is loopback, so the
+``127.96.0.0/16``, :data:`~gpuworkspace_devcluster.defaults.SERVICE_CIDR`), which is loopback, so the
 host can reach them. For every TCP port of every Service with a ClusterIP, :class:`ServiceProxy` listens on
 ``clusterIP:port`` while the Service has endpoints for that port, and splices each connection to one
 endpoint's ``podIP:port`` (round-robin), bytes both ways with half-closes, so HTTP, websockets and any

@@ -1,7 +1,7 @@
 """A pynvml-compatible module backed by the devcluster, for running ``gpuworkspace-agent`` unchanged:
 
     GPUWS_FAKE_NVML_KUBECONFIG=<state>/kubeconfig GPUWS_FAKE_NVML_NODE=gpu-node-a \\
-        gpuworkspace-agent --nvml-module gpuworkspace_spawner.devcluster.sim.fakenvml \\
+        gpuworkspace-agent --nvml-module gpuworkspace_devcluster.sim.fakenvml \\
         --proc-root <state>/sim/proc/gpu-node-a --node-name gpu-node-a
 
 Environment:

@@ -30,8 +30,10 @@ from .podvolumes import MountTable
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The simulated guest (``python -m ...sim.guest``) is this copy of the package, not whichever one the
-# interpreter would import: a devcluster run from a checkout boots that checkout's guest.
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+# interpreter would import: a devcluster run from a checkout boots that checkout's guest. The images
+# also have the spawner installed (its labextension, jupyter-scheduler backend, the hub's spawner): from
+# a checkout, the repository root that holds this distribution's folder (devcluster/) holds it too.
+PACKAGE_ROOTS = (str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[3]))
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def plan(
     # the workspace image has this package installed (its jupyter-scheduler backend, the scheduler
     # extra), as the hub image has: a devcluster started from a checkout runs that checkout's code
     if image.kind in ("launcher", "hub") or (image.kind == "notebook" and cmd.server):
-        env["PYTHONPATH"] = ":".join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = ":".join(filter(None, [*PACKAGE_ROOTS, env.get("PYTHONPATH")]))
     if image.kind == "launcher":
         env["POD_IP"] = pod_ip
         args = [*args, f"--ip={pod_ip}"]

@@ -205,7 +205,9 @@ def load_core_definitions() -> dict[str, Any]:
     """
     spec = importlib.util.find_spec("kubernetes_validate")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("kubernetes_validate is missing: install gpuworkspace-spawner[devcluster]")
+        raise RuntimeError(
+            "kubernetes_validate is missing: install gpuworkspace-devcluster (pip install -e ./devcluster)"
+        )
     root = Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
     versions = {}
     for entry in root.iterdir():

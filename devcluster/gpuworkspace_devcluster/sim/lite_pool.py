@@ -3,7 +3,7 @@
 A thousand ``sim.lite_server`` processes cost a thousand Python interpreters; this module lets one
 process (per kubelet) listen on every lite pod's ``IP:port`` instead. Two halves:
 
-- the **pool process**, ``python -m gpuworkspace_spawner.devcluster.sim.lite_pool``: asyncio, standard
+- the **pool process**, ``python -m gpuworkspace_devcluster.sim.lite_pool``: asyncio, standard
   library only. It reads commands as JSON lines on stdin and answers as JSON lines on stdout:
 
   ``{"op": "add", "id": C, "ip": IP, "port": N, "prefix": "/user/x/"}`` opens a listener for container C
@@ -55,7 +55,7 @@ from .lite_server import HUB_VERSION, SERVER_VERSION, parse_args
 from .procs import MARKER
 
 log = logging.getLogger(__name__)
-POOL_MODULE = "gpuworkspace_spawner.devcluster.sim.lite_pool"
+POOL_MODULE = "gpuworkspace_devcluster.sim.lite_pool"
 _IGNORED = {
     signal.SIGCHLD,
     signal.SIGCONT,

@@ -1,6 +1,6 @@
 """The simulated guest OS of a KubeVirt VM: what a virt-launcher pod's ``compute`` container runs.
 
-``python -m gpuworkspace_spawner.devcluster.sim.guest [--ip IP] [ignored virt-launcher args...]``
+``python -m gpuworkspace_devcluster.sim.guest [--ip IP] [ignored virt-launcher args...]``
 
 The kubelet runs this for images ``quay.io/kubevirt/virt-launcher:*`` (see ``sim/virtlauncher.py``) with:
 

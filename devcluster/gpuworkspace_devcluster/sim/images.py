@@ -54,12 +54,12 @@ WORKSPACE_REPO = "gpuworkspace.dev/workspace-notebook"  # declares code-server: 
 WORKSPACE_TOOLS = ("papermill",)  # what the image contract adds for notebook jobs (image-contract.md)
 STANDIN_BIN = posixpath.join(posixpath.dirname(__file__), "standin-bin")
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # podlaunch.DEFAULT_PATH
-LITE_MODULE = "gpuworkspace_spawner.devcluster.sim.lite_server"
+LITE_MODULE = "gpuworkspace_devcluster.sim.lite_server"
 # KubeVirt's launcher runs the simulated guest (sim/guest.py), which boots from the root disk's directory.
 LAUNCHER_REPO = "quay.io/kubevirt/virt-launcher"
-GUEST_MODULE = "gpuworkspace_spawner.devcluster.sim.guest"
+GUEST_MODULE = "gpuworkspace_devcluster.sim.guest"
 HUB_REPOS = ("quay.io/jupyterhub/jupyterhub", "docker.io/jupyterhub/jupyterhub")
-HUB_MODULE = "gpuworkspace_spawner.devcluster.sim.hubrun"
+HUB_MODULE = "gpuworkspace_devcluster.sim.hubrun"
 # configurable-http-proxy, which JupyterHub's image installs with npm: this checkout's (scripts/bootstrap.sh)
 NODE_BIN = posixpath.normpath(
     posixpath.join(posixpath.dirname(__file__), "..", "..", "..", "node_modules", ".bin")

@@ -5,7 +5,7 @@ virt-controller's VMI loop and virt-handler report together. No I/O here (see ``
 
 Contract with the kubelet (``sim/kubelet.py`` image table): an image starting with ``LAUNCHER_IMAGE_PREFIX``
 (``quay.io/kubevirt/virt-launcher:``) runs ``GUEST_COMMAND`` -- ``<this python> -m
-gpuworkspace_spawner.devcluster.sim.guest`` -- instead of the pod's ``virt-launcher-monitor`` command (the
+gpuworkspace_devcluster.sim.guest`` -- instead of the pod's ``virt-launcher-monitor`` command (the
 kubelet may append the pod's command/args; the guest ignores what it doesn't know). The process gets the
 container's literal env (``GUEST_VMI``, ``GUEST_ROOT_DISK``, ``GUEST_CLOUD_INIT``, ``GUEST_USERDATA``) plus
 ``GPUWORKSPACE_MOUNTS`` (JSON: container mountPath -> host directory, for every volumeMount) and ``POD_IP``
@@ -31,7 +31,7 @@ from ..verbs import clone
 
 LAUNCHER_IMAGE = "quay.io/kubevirt/virt-launcher:v1.4.1"
 LAUNCHER_IMAGE_PREFIX = "quay.io/kubevirt/virt-launcher:"
-GUEST_COMMAND = ("python", "-m", "gpuworkspace_spawner.devcluster.sim.guest")
+GUEST_COMMAND = ("python", "-m", "gpuworkspace_devcluster.sim.guest")
 GUEST_PORT = 8888
 DISK_DIR, SECRET_DIR = "/var/run/kubevirt-private/vmi-disks", "/var/run/kubevirt-private/secret"
 FINAL, ORDER = ("Succeeded", "Failed"), ("Pending", "Scheduling", "Scheduled", "Running")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cluster import DevCluster
 
-log = logging.getLogger("gpuworkspace_spawner.devcluster")
+log = logging.getLogger("gpuworkspace_devcluster")
 
 
 def _parser() -> argparse.ArgumentParser:
