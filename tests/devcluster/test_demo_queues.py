@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from gpuworkspace_devcluster.resources import find
 from gpuworkspace_devcluster.testing import BackgroundCluster
 
