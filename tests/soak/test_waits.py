@@ -157,12 +157,14 @@ class HubForgetsRemoval:
         return 200, {"servers": servers}
 
 
-def removing_worker(api: HubForgetsRemoval) -> tuple[Worker, Server]:
+def removing_worker(api: HubForgetsRemoval, restart_over: bool = True) -> tuple[Worker, Server]:
     tally = Tally()
     worker = Worker(FakeStack(Path("/nonexistent")), "soak0", 1, tally)  # type: ignore[arg-type]
     worker.api = api  # type: ignore[method-assign]
     worker.began = time.monotonic()
-    tally.hub_restarts.append((worker.began - 1, time.monotonic()))  # a restart overlapped the delete
+    # a restart overlapped the delete: over (the new hub answers), or under way (its end not known)
+    ended = time.monotonic() if restart_over else worker.began + 3600
+    tally.hub_restarts.append((worker.began - 1, ended))
     return worker, worker.servers["v1"]
 
 
@@ -178,6 +180,18 @@ def test_a_removal_forgotten_by_a_hub_restart_is_repeated_and_recorded() -> None
     [entry] = worker.tally.interrupted
     assert entry.startswith("delete soak0/v1: the removal was forgotten by a hub restart")
     assert worker.tally.errors == []
+
+
+def test_a_removal_is_not_repeated_while_the_restart_is_under_way() -> None:
+    """Until the new hub answers, the first removal may still be running (the old hub finishing it)."""
+    api = HubForgetsRemoval(honours=True)
+    worker, server = removing_worker(api, restart_over=False)
+    worker.give_up_s = 0.01
+
+    assert not worker._wait_gone(server, "delete", removed=True)
+
+    assert [c for c in api.calls if c[0] == "DELETE"] == []
+    assert worker.tally.interrupted == []
 
 
 def test_a_removal_that_never_happens_ends_as_a_finding() -> None:

@@ -201,10 +201,13 @@ class Worker:
             return f"(progress unreadable: {exc})"
         return f"(no failed event; progress answered {status})"
 
-    def _restart_overlapped(self) -> bool:
-        """Whether a hub restart happened while this operation ran (or it began just after one)."""
+    def _restart_overlapped(self, finished: bool = False) -> bool:
+        """Whether a hub restart happened while this operation ran (or it began just after one);
+        ``finished``: and that restart is over (the new hub answers; a restart under way ends at +1 h)."""
+        now = time.monotonic()
         return any(
-            began <= time.monotonic() and self.began <= end + 1 for began, end in self.tally.hub_restarts
+            began <= now and self.began <= end + 1 and (end <= now or not finished)
+            for began, end in self.tally.hub_restarts
         )
 
     def _failed(self, server: Server, reason: str) -> None:
@@ -265,10 +268,11 @@ class Worker:
             servers = (model or {}).get("servers") or {} if status == 200 else {}
             entry = servers.get(server.name)
             stopped = entry is not None and not entry.get("ready") and not entry.get("pending")
-            if removed and stopped and not resent and self._restart_overlapped():
-                # JupyterHub removes a server only after its stop, in the request's handler: a hub
-                # restarted in between forgets the removal (the server stays, stopped). A client
-                # repeats the request, as a user would; the delete path must be safe to repeat.
+            if removed and stopped and not resent and self._restart_overlapped(finished=True):
+                # JupyterHub removes a server after its stop, in a task it does not await, and a hub
+                # shutting down cancels it: the new hub still has the server, stopped, and will not
+                # remove it. A client repeats the request, as a user would (safe to repeat). Only once
+                # the restart is over: until then the first removal may still be running.
                 resent = True
                 self.tally.outcomes["delete:repeated-after-hub-restart"] += 1
                 again, body = self.api(
