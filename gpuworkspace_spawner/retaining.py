@@ -6,11 +6,21 @@ disk of a runtime this hub process never ran is found too), asks
 :func:`~gpuworkspace_spawner.lifecycle.serverdisks.decide_server_disks` which are this server's, and
 writes the retention patch on each: a home claim; a root DataVolume **and** the claim CDI made for it
 (CDI copied the DataVolume's labels onto the claim once, at creation). When the server has a root disk,
-its VM, Service and cloud-init Secret are deleted as well (compute, never a disk).
+its VM, Service and cloud-init Secret are deleted as well (compute, never a disk). Each disk's audit
+record is written as soon as its retention is.
+
+A removal cut short: JupyterHub runs ``delete_forever`` in a task it does not await (``DELETE
+…/servers/<name>`` with ``remove`` answers once the *stop* is done), and a hub shutting down cancels
+every pending task, that one included (``JupyterHub.shutdown_cancel_tasks``). Its database then still
+has the server, stopped, and no trace of the removal asked for; nothing runs it again. This module cannot
+finish a removal only the request knew of, so it reports it: a warning in the hub log names the server,
+the disks retained so far and what to do (repeat the removal: disks already retained are skipped, their
+retention not extended; the VM objects are deleted again if need be).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import datetime
 from typing import Any
@@ -93,29 +103,47 @@ async def retain_server_disks(
     (the profile's) or the hub's ``hub_days``; the disks retained now.
 
     ``vm``: the server last ran as a VM (its VM objects are deleted even when no root disk is found)."""
-    decisions, objects = await find_server_disks(spawner, home_shared=home_shared)
-    for skipped in (d for d in decisions if d.action == "skip"):
-        spawner.log.info(
-            "Not retaining %s %s for %s: %s", skipped.kind, skipped.name, spawner._log_name, skipped.reason
-        )
-    retained = []
-    for disk in disks_to_retain(decisions):
-        retention = retention_of_disk(objects.get((disk.kind, disk.name)), hub_days)
-        spawner.log.info("Retention of %s %s: %s", disk.kind, disk.name, retention.reason)
-        until = retain_until(now, retention.period)
-        obj = await _retain(spawner, disk, build_retain_patch(retain_until=until, now=now, why=why))
-        if obj is None:
-            spawner.log.info("%s %s of %s was deleted meanwhile", disk.kind, disk.name, spawner._log_name)
-        else:
-            retained.append((disk, obj, until))
-    if vm or owns_a_vm_disk(decisions):
-        await _delete_vm_compute(spawner)
-    for disk, obj, until in retained:
-        what = "Root disk" if disk.disk == DISK_ROOT else "Home disk"
-        message = f"{what} retained until {until:%Y-%m-%d %H:%M:%S} UTC"
-        if disk.disk == DISK_ROOT:
-            message += "; VM, Service and Secret deleted"
-        await spawner._audit("disk-retained", disk.kind, disk.name, message, obj)
+    retained: list[ServerDisk] = []
+    try:
+        decisions, objects = await find_server_disks(spawner, home_shared=home_shared)
+        for skipped in (d for d in decisions if d.action == "skip"):
+            spawner.log.info(
+                "Not retaining %s %s for %s: %s",
+                skipped.kind,
+                skipped.name,
+                spawner._log_name,
+                skipped.reason,
+            )
+        for disk in disks_to_retain(decisions):
+            retention = retention_of_disk(objects.get((disk.kind, disk.name)), hub_days)
+            spawner.log.info("Retention of %s %s: %s", disk.kind, disk.name, retention.reason)
+            until = retain_until(now, retention.period)
+            obj = await _retain(spawner, disk, build_retain_patch(retain_until=until, now=now, why=why))
+            if obj is None:
+                spawner.log.info("%s %s of %s was deleted meanwhile", disk.kind, disk.name, spawner._log_name)
+                continue
+            retained.append(disk)
+            what = "Root disk" if disk.disk == DISK_ROOT else "Home disk"
+            message = f"{what} retained until {until:%Y-%m-%d %H:%M:%S} UTC"
+            if disk.disk == DISK_ROOT:
+                message += "; its VM, Service and Secret are deleted next"
+            await spawner._audit("disk-retained", disk.kind, disk.name, message, obj)
+        if vm or owns_a_vm_disk(decisions):
+            await _delete_vm_compute(spawner)
+    except asyncio.CancelledError:
+        spawner.log.warning(removal_cut_short(spawner._log_name, retained))
+        raise
     if not retained:
         spawner.log.info("No disk of %s to retain", spawner._log_name)
-    return [disk for disk, _, _ in retained]
+    return retained
+
+
+def removal_cut_short(server: str, retained: list[ServerDisk]) -> str:
+    """The hub log's report of a removal cancelled mid-way (the hub shutting down)."""
+    done = ", ".join(f"{d.kind} {d.name}" for d in retained) or "none"
+    return (
+        f"The removal of {server} was cut short (the hub is shutting down): JupyterHub keeps the server, "
+        f"stopped, and will not finish the removal. Disks retained so far: {done}. Delete the server "
+        "again (DELETE .../servers/<name> with remove): it is safe to repeat; disks already retained keep "
+        "their date"
+    )

@@ -69,11 +69,21 @@ def free_port() -> int:
 
 
 def wait_for(
-    check: Callable[[], Any], timeout_s: float, what: str, proc: Proc | None = None, interval_s: float = 0.1
+    check: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    proc: Proc | None = None,
+    interval_s: float = 0.1,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Any:
-    """Poll ``check`` until it returns something truthy; fail early when ``proc`` has exited."""
-    deadline, last = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
+    """Poll ``check`` until it returns something truthy; fail early when ``proc`` has exited.
+
+    Every wait has its deadline: past ``timeout_s`` it ends as a :class:`TimeoutError` that names
+    ``what`` was waited for and the last error, never as a hang (``clock``/``sleep``: for tests)."""
+    deadline, last = clock() + timeout_s, None
+    while clock() < deadline:
         if proc is not None and not proc.alive:
             raise RuntimeError(
                 f"{proc.name} exited ({proc.returncode}) while waiting for {what}:\n{proc.tail()}"
@@ -84,7 +94,7 @@ def wait_for(
             value, last = None, exc
         if value:
             return value
-        time.sleep(interval_s)
+        sleep(interval_s)
     raise TimeoutError(f"timed out after {timeout_s}s waiting for {what} (last error: {last!r})")
 
 

@@ -29,11 +29,15 @@ def _ours(stack: HubStack) -> None:
 
 
 def kubectl(
-    stack: HubStack, *args: str, check: bool = True, input_text: str | None = None
+    stack: HubStack, *args: str, check: bool = True, input_text: str | None = None, timeout_s: float = 180
 ) -> subprocess.CompletedProcess[str]:
+    """kubectl against the stack's devcluster; past ``timeout_s`` a ``subprocess.TimeoutExpired`` that
+    names the command (a wait of kubectl's own, ``--wait``, has no deadline otherwise)."""
     env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig)}
     argv = ["kubectl", "-n", NS, *args]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, check=check, input=input_text)
+    return subprocess.run(
+        argv, env=env, capture_output=True, text=True, check=check, input=input_text, timeout=timeout_s
+    )
 
 
 def get_json(stack: HubStack, *args: str) -> Any:

@@ -4,16 +4,22 @@ Continuous: 5 % of the hub's and services' API requests fail with 500/429/503/50
 cut at random (devcluster fault rules aimed at kubernetes_asyncio's User-Agent; the kubectl observer is
 spared). Every ``chaos_every`` operations one event, in turn: a hub restart while workers run, a managed
 service killed (JupyterHub restarts it), a node failure with the fencing runbook (workers paused).
+
+Every wait has a deadline (:class:`Limits`) that ends as a finding in ``tally.errors`` naming what was
+waited for, never as a hang: the pause before a node failure, a worker waiting for the pause to end,
+and the whole run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +34,15 @@ SERVICES = ("attribution", "culler", "reclaimer", "disks")
 EVENTS = ("hub-restart", "node-failure", "service-restart")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How long the conductor waits for each thing before it records a finding and goes on."""
+
+    pause_s: float = 400.0  # the operations in flight to finish before a node failure
+    resume_s: float = 900.0  # a worker, for paused operations to be handed out again
+    run_s: float = 3600.0  # the whole run: then the workers still busy are a finding
+
+
 @dataclass
 class Report:
     tally: Tally = field(default_factory=Tally)
@@ -39,8 +54,18 @@ class Report:
 
 
 class Conductor:
-    def __init__(self, stack: HubStack, *, ops: int, seed: int, workers: int = 3, error_rate: float = 0.05):
+    def __init__(
+        self,
+        stack: HubStack,
+        *,
+        ops: int,
+        seed: int,
+        workers: int = 3,
+        error_rate: float = 0.05,
+        limits: Limits = Limits(),
+    ):
         self.stack, self.ops, self.seed, self.error_rate = stack, ops, seed, error_rate
+        self.limits = limits
         self.report = Report()
         self.workers = [Worker(stack, f"soak{i}", seed * 100 + i, self.report.tally) for i in range(workers)]
         self.chaos_every = max(10, ops // 12)
@@ -48,6 +73,7 @@ class Conductor:
         self._lock = threading.Lock()
         self._running = threading.Event()  # cleared while a node-failure event needs the cluster still
         self._running.set()
+        self._stopping = threading.Event()  # set when the run passed its deadline
         self._in_flight = 0
 
     # ------------------------------------------------------------------------------ the run
@@ -60,8 +86,12 @@ class Conductor:
         for thread in threads:
             thread.start()
         next_event, turn, next_count = self.chaos_every, 0, time.monotonic() + 5
+        deadline = t0 + self.limits.run_s
         self.stack.requests_log(clear=True)
         while any(t.is_alive() for t in threads):
+            if time.monotonic() > deadline:
+                self._give_up()
+                break
             if self._done >= next_event:
                 self._event(EVENTS[turn % len(EVENTS)])
                 turn, next_event = turn + 1, next_event + self.chaos_every
@@ -74,9 +104,25 @@ class Conductor:
         self.report.seconds = time.monotonic() - t0
         return self.report
 
+    def _give_up(self) -> None:
+        """The run passed its deadline: a finding naming what each worker still does; workers stop
+        after their current operation (they are daemon threads: a stuck one does not hold the run)."""
+        self._stopping.set()
+        self._running.set()
+        busy = [f"{w.user}: {w.doing}" for w in self.workers if w.doing]
+        self.report.tally.errors.append(
+            f"the run passed its deadline of {self.limits.run_s:.0f} s after {self._done} of {self.ops} "
+            f"operations; still in flight: {busy or 'none'}"
+        )
+
     def _work(self, worker: Worker) -> None:
-        while True:
-            self._running.wait()
+        while not self._stopping.is_set():
+            if not self._running.wait(self.limits.resume_s):
+                self.report.tally.errors.append(
+                    f"{worker.user}: operations still paused after {self.limits.resume_s:.0f} s "
+                    "(a chaos event never handed them out again); the worker stops"
+                )
+                return
             with self._lock:
                 if self._done >= self.ops:
                     return
@@ -90,11 +136,22 @@ class Conductor:
                 with self._lock:
                     self._in_flight -= 1
 
-    def _pause(self) -> None:
-        """Stop handing out operations and wait for those in flight (a node failure wants a still hub)."""
+    @contextlib.contextmanager
+    def _paused(self) -> Iterator[None]:
+        """Stop handing out operations and wait for those in flight (a node failure wants a still hub);
+        hand them out again on leaving, whatever happened, a pause that timed out included."""
         with self._lock:
             self._running.clear()
-        wait_for(lambda: self._in_flight == 0, 400, "the operations in flight to finish", interval_s=0.2)
+        try:
+            wait_for(
+                lambda: self._in_flight == 0,
+                self.limits.pause_s,
+                "the operations in flight to finish",
+                interval_s=0.2,
+            )
+            yield
+        finally:
+            self._running.set()
 
     def _busy(self, worker: Worker) -> None:
         try:
@@ -142,11 +199,8 @@ class Conductor:
             elif kind == "service-restart":
                 self._kill_service(SERVICES[self.report.chaos[kind] % len(SERVICES)])
             else:
-                try:  # the pause too: a pause that times out must not leave every worker waiting
-                    self._pause()
+                with self._paused():
                     self._node_failure()
-                finally:
-                    self._running.set()
         except Exception as exc:
             self.report.tally.errors.append(f"chaos {kind}: {type(exc).__name__}: {exc}")
 
@@ -288,4 +342,4 @@ def describe(report: Report, extra: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["NS", "Conductor", "Report", "describe", "disks_now", "orphans"]
+__all__ = ["NS", "Conductor", "Limits", "Report", "describe", "disks_now", "orphans"]

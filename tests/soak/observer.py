@@ -74,7 +74,11 @@ class Observer:
                     buffer = buffer.lstrip()[end:]
                     with self.lock:
                         handle(event.get("type", ""), event.get("object") or {})
-            proc.wait()
+            try:  # its output ended: it exits now, or it is stuck and killed
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
             proc.stdout.close()
             self._procs.remove(proc)
             with self.lock:

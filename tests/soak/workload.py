@@ -3,6 +3,7 @@
 A worker owns one user and a few named servers (a container, a shared-GPU container, a VM) and keeps
 what it expects of each: whether it runs and which marker text its disk holds. Every operation reads
 the hub's truth first (a hub restart or a node failure may have changed it) and records its outcome.
+Every wait has a deadline; one that passes is recorded (``tally.errors``) with what was waited for.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import random
 import re
 import time
 import urllib.error
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +26,8 @@ MARKER = "soak-marker.txt"
 SERVERS = {"c": "cpu-small", "g": "gpu-shared", "v": "vm-workstation"}
 READY_TIMEOUT_S = 200.0
 SLOW_S, GIVE_UP_S = 150.0, 600.0  # a stop or delete still running after these
+DISK_API_GIVE_UP_S = 300.0  # a disk API call unanswered (hub, proxy or service away) for this long
+PROGRESS_READ_S = 30.0  # reading a failed spawn's progress stream
 
 
 @dataclass
@@ -62,6 +66,8 @@ class Worker:
         self.rng = random.Random(seed)
         self.servers = {f"{k}1": Server(f"{k}1", profile) for k, profile in SERVERS.items()}
         self.began = 0.0
+        self.doing = ""  # the operation in flight ("delete v1"), for a run that passes its deadline
+        self.give_up_s = GIVE_UP_S
 
     # ------------------------------------------------------------------------------- plumbing
     def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -139,8 +145,11 @@ class Worker:
             op = self.delete
         name = op.__name__ if not (op == self.start and server.removed) else "re_adopt"
         self.tally.ops[name] += 1
-        self.began = time.monotonic()
-        op(server)
+        self.began, self.doing = time.monotonic(), f"{name} {server.name}"
+        try:
+            op(server)
+        finally:
+            self.doing = ""
         return name
 
     # ------------------------------------------------------------------------------- operations
@@ -174,21 +183,31 @@ class Worker:
     def _progress_failure(self, server: Server) -> str:
         """What the spawn page shows for a failed start: the progress stream's ``failed`` event."""
         url = f"{self.stack.hub.api_url}/users/{self.user}/servers/{server.name}/progress"
+        request = urllib.request.Request(url, headers={"Authorization": f"token {self.stack.admin_token}"})
+        deadline = time.monotonic() + PROGRESS_READ_S  # an event stream: it may stay open (keepalives)
         try:
-            status, raw = http("GET", url, headers={"Authorization": f"token {self.stack.admin_token}"})
+            with urllib.request.urlopen(request, timeout=PROGRESS_READ_S) as resp:
+                status = resp.status
+                for raw in resp:
+                    line = raw.decode(errors="replace")
+                    event = _decoded(line[5:].encode()) if line.startswith("data:") else None
+                    if isinstance(event, dict) and event.get("failed"):
+                        return str(event.get("message") or "")
+                    if time.monotonic() > deadline:
+                        return f"(no failed event in the progress stream within {PROGRESS_READ_S:.0f} s)"
+        except urllib.error.HTTPError as exc:
+            status = exc.code
         except (urllib.error.URLError, OSError) as exc:
             return f"(progress unreadable: {exc})"
-        for line in raw.decode(errors="replace").splitlines():
-            if line.startswith("data:"):
-                event = _decoded(line[5:].encode())
-                if isinstance(event, dict) and event.get("failed"):
-                    return str(event.get("message") or "")
         return f"(no failed event; progress answered {status})"
 
-    def _restart_overlapped(self) -> bool:
-        """Whether a hub restart happened while this operation ran (or it began just after one)."""
+    def _restart_overlapped(self, finished: bool = False) -> bool:
+        """Whether a hub restart happened while this operation ran (or it began just after one);
+        ``finished``: and that restart is over (the new hub answers; a restart under way ends at +1 h)."""
+        now = time.monotonic()
         return any(
-            began <= time.monotonic() and self.began <= end + 1 for began, end in self.tally.hub_restarts
+            began <= now and self.began <= end + 1 and (end <= now or not finished)
+            for began, end in self.tally.hub_restarts
         )
 
     def _failed(self, server: Server, reason: str) -> None:
@@ -244,18 +263,25 @@ class Worker:
         """Until the hub no longer runs (``removed``: no longer has) the server. Over SLOW_S is counted
         as slow (a stop waits for the VMI or pod to go); over GIVE_UP_S it is a finding."""
         began, resent = time.monotonic(), False
-        while time.monotonic() < began + GIVE_UP_S:
+        while time.monotonic() < began + self.give_up_s:
             status, model = self.api("GET", f"/users/{self.user}?include_stopped_servers=1")
             servers = (model or {}).get("servers") or {} if status == 200 else {}
             entry = servers.get(server.name)
             stopped = entry is not None and not entry.get("ready") and not entry.get("pending")
-            if removed and stopped and not resent and self._restart_overlapped():
-                # JupyterHub removes a server only after its stop, in the request's handler: a hub
-                # restarted in between forgets the removal (the server stays, stopped). A client
-                # repeats the request, as a user would; the delete path must be safe to repeat.
+            if removed and stopped and not resent and self._restart_overlapped(finished=True):
+                # JupyterHub removes a server after its stop, in a task it does not await, and a hub
+                # shutting down cancels it: the new hub still has the server, stopped, and will not
+                # remove it. A client repeats the request, as a user would (safe to repeat). Only once
+                # the restart is over: until then the first removal may still be running.
                 resent = True
                 self.tally.outcomes["delete:repeated-after-hub-restart"] += 1
-                self.api("DELETE", f"/users/{self.user}/servers/{server.name}", {"remove": True})
+                again, body = self.api(
+                    "DELETE", f"/users/{self.user}/servers/{server.name}", {"remove": True}
+                )
+                self.tally.interrupted.append(
+                    f"delete {self.user}/{server.name}: the removal was forgotten by a hub restart "
+                    f"(stopped, not removed); repeated: {again} {_message(body)}"
+                )
                 continue
             if (
                 (entry is None)
@@ -267,7 +293,7 @@ class Worker:
                 self.tally.outcomes[f"{what}:done" + (f" after over {SLOW_S:.0f} s" if slow else "")] += 1
                 return True
             time.sleep(0.3)
-        self.tally.errors.append(f"{what} {self.user}/{server.name}: not done after {GIVE_UP_S:.0f} s")
+        self.tally.errors.append(f"{what} {self.user}/{server.name}: not done after {self.give_up_s:.0f} s")
         return False
 
     def rebuild_vm(self, server: Server) -> None:
@@ -282,7 +308,15 @@ class Worker:
             if (v["metadata"].get("annotations") or {}).get("gpuworkspace.dev/servername") == server.name
         ]
         for vm in mine:
-            kubectl(self.stack, "delete", "vm", vm["metadata"]["name"], "--wait=true", check=False)
+            kubectl(
+                self.stack,
+                "delete",
+                "vm",
+                vm["metadata"]["name"],
+                "--wait=true",
+                "--timeout=120s",
+                check=False,
+            )
         self.tally.outcomes["rebuild:vm-deleted" if mine else "rebuild:no-vm"] += 1
 
     def claim(self, server: Server) -> str | None:
@@ -321,16 +355,20 @@ class Worker:
         after no answer may find its first try landed: that 409 "already exists" is its success."""
         url = self.stack.url + DISKS + path
         headers = {"Authorization": f"token {self.stack.admin_token}"}
-        for attempt in range(60):
+        deadline, attempt = time.monotonic() + DISK_API_GIVE_UP_S, 0
+        while True:
             try:
                 status, raw = http(method, url, body, headers=headers, timeout=120)
-            except (urllib.error.URLError, OSError):
-                status, raw = 0, b""
+            except (urllib.error.URLError, OSError) as exc:
+                status, raw = 0, str(exc).encode()
             if attempt and status == 409 and b"already exists" in raw:
                 self.tally.outcomes["disk-api:landed-before-a-retry"] += 1
                 return 201, _decoded(raw)
             if not _hub_away(status, raw):
                 break
+            if time.monotonic() > deadline:  # the caller records the status it got as a finding
+                return status, f"no answer within {DISK_API_GIVE_UP_S:.0f} s: {raw[:200]!r}"
+            attempt += 1
             time.sleep(1)  # the hub (and so the proxy and its routes) or the service restarting
         return status, _decoded(raw)
 
