@@ -105,6 +105,11 @@ class AvailabilityHandler(ApiHandler):
     With ``login=1`` a browser without this service's login is sent through the hub's OAuth login
     (the spawn page's script), instead of a 403."""
 
+    def check_xsrf_cookie(self) -> None:
+        """No xsrf token for this read-only GET (as for the dashboard): the spawn page's ``fetch`` has
+        none, and JupyterHub would then ignore the service's login cookie and log in again forever.
+        Other sites cannot read the answer (no CORS headers)."""
+
     async def prepare(self) -> None:
         browser_login = self.get_argument("login", "") and isinstance(self.hub_auth, HubOAuth)
         if browser_login and not await self.hub_auth.get_user(self, sync=False):
