@@ -175,8 +175,9 @@ def _vm_lines(profile: WorkspaceProfile, vm: VmSpec) -> list[str]:
             "Runtime",
             "a whole Linux VM, with root inside it: everything you install (<code>/etc</code>, "
             f"<code>/opt</code>, <code>/usr/local</code>, apt) is kept on your root disk ({disk})",
+            detail=True,
         ),
-        _line("GPU", _vm_gpus(vm)),
+        _line("GPU", _vm_gpus(vm), detail=True),
         _line("Resources", _vm_resources(profile, vm)),
         _line(
             "Kept",
@@ -233,15 +234,16 @@ def _same(a: str, b: str) -> bool:
 
 
 def build_card(profile: WorkspaceProfile) -> str:
-    """The HTML card shown under the profile's name on the spawn form: a short summary (what it is,
-    its resources, what is free now), then detail lines the page shows for the selected profile."""
+    """The HTML card shown under the profile's name on the spawn form: a short summary (description,
+    what is free now, resources with the GPU resource), then detail lines (what the GPU mode isolates,
+    what is kept and wiped, the session) the page shows for the selected profile only."""
     lines = []
     if profile.description:
         lines.append(f'<span class="gpuws-card-description">{_text(profile.description)}</span>')
     if profile.vm is not None:
         lines.extend(_vm_lines(profile, profile.vm))
     else:
-        lines.append(_line("GPU", _text(describe_gpu_mode(profile.placement.gpu_mode))))
+        lines.append(_line("GPU", _text(describe_gpu_mode(profile.placement.gpu_mode)), detail=True))
         lines.append(_line("Resources", _resources(profile)))
         lines.append(_line("Kept", _kept(profile), detail=True))
         snapshots = _snapshots(profile)

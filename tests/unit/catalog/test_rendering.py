@@ -215,7 +215,7 @@ def test_card_summary_first_details_for_the_selected_profile(sample: Catalog) ->
     lines = re.findall(r'<span class="gpuws-card-line([^"]*)"[^>]*><strong>([^<]*):', entry["description"])
     assert lines == [
         (" gpuws-availability", "Free now"),
-        ("", "GPU"),
+        (" gpuws-card-detail", "GPU"),
         ("", "Resources"),
         (" gpuws-card-detail", "Kept"),
         (" gpuws-card-detail", "Wiped"),
