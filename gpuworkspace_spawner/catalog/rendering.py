@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlencode
 
 from .model import Catalog, GpuMode, Ide, VmSpec, WorkspaceProfile
 from .options import accessible_profiles, default_profile_for
@@ -46,8 +47,47 @@ def _text(value: object) -> str:
     return html.escape(str(value), quote=True).replace("{", "&#123;").replace("}", "&#125;")
 
 
-def _line(label: str, body: str) -> str:
-    return f'<span class="gpuws-card-line"><strong>{_text(label)}:</strong> {body}</span>'
+def _line(label: str, body: str, *, detail: bool = False) -> str:
+    """One line of the card; a ``detail`` line is shown for the selected profile only (spawn.html)."""
+    extra = " gpuws-card-detail" if detail else ""
+    return f'<span class="gpuws-card-line{extra}"><strong>{_text(label)}:</strong> {body}</span>'
+
+
+def gpu_need(profile: WorkspaceProfile) -> tuple[str, int] | None:
+    """The GPU resource one workspace of ``profile`` takes and how many (a VM: its passthrough cards)."""
+    if profile.vm is not None:
+        names = [gpu.device_name for gpu in profile.vm.gpus]
+        return (names[0], names.count(names[0])) if names else None
+    gpu = profile.resources.gpu
+    if gpu is None:
+        return None
+    try:
+        return gpu[0], max(1, int(parse_quantity(gpu[1])))
+    except ValueError:
+        return None
+
+
+def availability_query(profile: WorkspaceProfile) -> str | None:
+    """The attribution service's ``api/v1/availability`` query for ``profile`` (None: no GPU)."""
+    need = gpu_need(profile)
+    if need is None:
+        return None
+    pool = profile.placement.node_pool
+    selector = sorted(pool.node_selector.items()) if pool is not None else []
+    pairs = [("resource", need[0]), ("count", str(need[1])), *(("selector", f"{k}={v}") for k, v in selector)]
+    return urlencode(pairs)
+
+
+def _availability_line(profile: WorkspaceProfile) -> str | None:
+    """An empty "Free now" line the spawn page's script fills from the attribution service."""
+    query = availability_query(profile)
+    if query is None:
+        return None
+    return (
+        f'<span class="gpuws-card-line gpuws-availability" data-gpuws-availability="{_text(query)}" '
+        'aria-live="polite" hidden><strong>Free now:</strong> <span class="gpuws-availability-text"></span>'
+        "</span>"
+    )
 
 
 def _amount(profile: WorkspaceProfile, name: str, unit: str) -> str | None:
@@ -135,15 +175,17 @@ def _vm_lines(profile: WorkspaceProfile, vm: VmSpec) -> list[str]:
             "Runtime",
             "a whole Linux VM, with root inside it: everything you install (<code>/etc</code>, "
             f"<code>/opt</code>, <code>/usr/local</code>, apt) is kept on your root disk ({disk})",
+            detail=True,
         ),
-        _line("GPU", _vm_gpus(vm)),
+        _line("GPU", _vm_gpus(vm), detail=True),
         _line("Resources", _vm_resources(profile, vm)),
         _line(
             "Kept",
             f"the whole root disk ({disk}, home included) survives stopping the VM and deleting the "
             "server, until the retention period ends",
+            detail=True,
         ),
-        _line("Wiped", "memory and running programs: stopping the workspace shuts the VM down"),
+        _line("Wiped", "memory and running programs: stopping the workspace shuts the VM down", detail=True),
     ]
 
 
@@ -192,26 +234,31 @@ def _same(a: str, b: str) -> bool:
 
 
 def build_card(profile: WorkspaceProfile) -> str:
-    """The HTML card shown under the profile's name on the spawn form."""
+    """The HTML card shown under the profile's name on the spawn form: a short summary (description,
+    what is free now, resources with the GPU resource), then detail lines (what the GPU mode isolates,
+    what is kept and wiped, the session) the page shows for the selected profile only."""
     lines = []
     if profile.description:
         lines.append(f'<span class="gpuws-card-description">{_text(profile.description)}</span>')
     if profile.vm is not None:
         lines.extend(_vm_lines(profile, profile.vm))
     else:
-        lines.append(_line("GPU", _text(describe_gpu_mode(profile.placement.gpu_mode))))
+        lines.append(_line("GPU", _text(describe_gpu_mode(profile.placement.gpu_mode)), detail=True))
         lines.append(_line("Resources", _resources(profile)))
-        lines.append(_line("Kept", _kept(profile)))
+        lines.append(_line("Kept", _kept(profile), detail=True))
         snapshots = _snapshots(profile)
         if snapshots:
-            lines.append(_line("Snapshots", snapshots))
-        lines.append(_line("Wiped", _wiped(profile)))
+            lines.append(_line("Snapshots", snapshots, detail=True))
+        lines.append(_line("Wiped", _wiped(profile), detail=True))
+    availability = _availability_line(profile)
+    if availability:
+        lines.insert(1 if profile.description else 0, availability)
     shared = _shared(profile)
     if shared:
-        lines.append(_line("Shared data", shared))
-    lines.append(_line("Session", _session(profile)))
+        lines.append(_line("Shared data", shared, detail=True))
+    lines.append(_line("Session", _session(profile), detail=True))
     if profile.cost_center:
-        lines.append(_line("Cost center", f"<code>{_text(profile.cost_center)}</code>"))
+        lines.append(_line("Cost center", f"<code>{_text(profile.cost_center)}</code>", detail=True))
     return '<span class="gpuws-card">' + "<br>".join(lines) + "</span>"
 
 

@@ -5,7 +5,7 @@ environment a JupyterHub service gets (``JUPYTERHUB_SERVICE_PREFIX``, ``JUPYTERH
 ``JUPYTERHUB_API_URL``, ``JUPYTERHUB_API_TOKEN``) and Kubernetes access from the in-cluster
 ServiceAccount or ``KUBECONFIG``. Routes under the service prefix: the dashboard (``""``), ``api/v1/nodes``,
 ``api/v1/workspaces[?user=]``, ``api/v1/workspaces/<user>/<server>``, ``api/v1/top``, ``api/v1/groups``,
-``api/v1/trends``, ``api/v1/status`` and ``metrics``.
+``api/v1/trends``, ``api/v1/availability``, ``api/v1/status`` and ``metrics``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ..serving import add_body_limit_argument, http_server, hub_prefix, listen_a
 from .collector import Collector, hub_groups_from_env
 from .handlers import (
     SERVICE,
+    AvailabilityHandler,
     DashboardHandler,
     GroupsHandler,
     JobsHandler,
@@ -59,6 +60,7 @@ def make_app(state: State) -> web.Application:
     routes: list[Any] = [
         (prefix, DashboardHandler, common),
         (url_path_join(api, "nodes"), NodesHandler, common),
+        (url_path_join(api, "availability"), AvailabilityHandler, common),
         (url_path_join(api, "workspaces"), WorkspacesHandler, common),
         (url_path_join(api, "jobs"), JobsHandler, common),
         (url_path_join(api, r"workspaces/([^/]+)/([^/]+)"), WorkspaceHandler, common),

@@ -33,6 +33,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from . import views
 from .aggregate import AccountEntry, Accounting, group_totals, top_consumers
+from .availability import Need, NodeCapacity, availability_json, decide_availability, node_capacities
 from .history import History, series_of
 from .model import Observation, WorkspaceFigures
 from .rules import Attribution, attribute
@@ -44,6 +45,7 @@ FULL_GC_EVERY_S = 3600.0  # a full garbage collection (one pause of ~0.2 s) this
 RELEASE_DEPTH = 3  # levels of a replaced snapshot taken apart before the rest is freed whole
 ONLY_HERE = 2  # sys.getrefcount of an object only a local name holds (the name and the argument)
 NO_AUTOMATIC_FULL_GC = 2**31 - 1  # gc threshold of the oldest generation: never reached
+MAX_CACHED_NEEDS = 256  # availability answers kept per snapshot
 K = TypeVar("K")
 
 
@@ -94,6 +96,8 @@ class Snapshot:
     accounting: Mapping[str, AccountEntry] = field(default_factory=dict)
     jobs_body: bytes = b""  # GET api/v1/jobs: every job pod (admins); empty: none rendered
     jobs_by_user: Mapping[str, bytes] = field(default_factory=dict)  # user -> their job pods' list body
+    capacity: tuple[NodeCapacity, ...] = ()  # GPU resources offered and held per node (no holders)
+    _availability: dict[tuple[Any, ...], bytes] = field(default_factory=dict, repr=False)
     _rankings: dict[str, list[tuple[WorkspaceFigures, float]]] = field(default_factory=dict, repr=False)
 
     def top(self, by: str, users: frozenset[str] | None, limit: int) -> list[tuple[WorkspaceFigures, float]]:
@@ -104,6 +108,17 @@ class Snapshot:
             self._rankings[by] = top_consumers(figures, by, len(figures))
         ranked = (item for item in self._rankings[by] if users is None or item[0].workspace.user in users)
         return list(itertools.islice(ranked, limit))
+
+    def availability(self, need: Need) -> bytes:
+        """``GET api/v1/availability``'s body for ``need``, computed once per snapshot and need."""
+        key = (need.resource, need.count, tuple(sorted(need.selector.items())))
+        body = self._availability.get(key)
+        if body is None:
+            if len(self._availability) >= MAX_CACHED_NEEDS:  # callers choose the needs: keep it bounded
+                self._availability.clear()
+            body = _dumps(availability_json(decide_availability(need, self.capacity), self.at))
+            self._availability[key] = body
+        return body
 
     def empty_list(self) -> bytes:
         return _dumps({"items": [], "at": self.at})
@@ -360,6 +375,7 @@ def _render(
         accounting=accounting,
         jobs_body=_joined_list(job_rows, at),
         jobs_by_user={u: _joined_list(user_rows, at) for u, user_rows in job_rows_by_user.items()},
+        capacity=node_capacities(obs.nodes, obs.workspaces),
     )
 
 

@@ -29,6 +29,7 @@ from ..access import (
 from ..serving import JsonErrors, ServiceError, login_url, shown
 from . import access, dashboard
 from .aggregate import RANKINGS
+from .availability import parse_need
 from .collector import Collector, Snapshot
 from .metrics import AttributionMetrics
 from .sources import PrometheusQueries
@@ -96,6 +97,39 @@ class NodesHandler(ApiHandler):
         snap = self.snapshot()
         show = self.state.show_owners_to_all or access.is_admin(self.caller)
         self.reply(snap.nodes_body if show else snap.nodes_anonymous_body)
+
+
+class AvailabilityHandler(ApiHandler):
+    """``GET api/v1/availability?resource=&count=&selector=key=value``: what is free now for one
+    profile's GPU resource (counts only: never who holds them). Any logged-in user of the service.
+    With ``login=1`` a browser without this service's login is sent through the hub's OAuth login
+    (the spawn page's script), instead of a 403."""
+
+    def check_xsrf_cookie(self) -> None:
+        """No xsrf token for this read-only GET (as for the dashboard): the spawn page's ``fetch`` has
+        none, and JupyterHub would then ignore the service's login cookie and log in again forever.
+        Other sites cannot read the answer (no CORS headers)."""
+
+    async def prepare(self) -> None:
+        browser_login = self.get_argument("login", "") and isinstance(self.hub_auth, HubOAuth)
+        if browser_login and not await self.hub_auth.get_user(self, sync=False):
+            self.redirect(login_url(self, self.hub_auth))
+            return
+        await super().prepare()
+
+    def get(self) -> None:
+        if self._finished:
+            return
+        snap = self.snapshot()
+        try:
+            need = parse_need(
+                self.get_argument("resource", ""),
+                self.get_argument("count", "1"),
+                self.get_arguments("selector"),
+            )
+        except ValueError as exc:
+            raise ServiceError(400, str(exc)) from exc
+        self.reply(snap.availability(need))
 
 
 class WorkspacesHandler(ApiHandler):

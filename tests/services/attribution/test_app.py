@@ -334,3 +334,33 @@ async def test_dashboard_renders_the_grid_table_top_and_charts(base: str) -> Non
 async def test_dashboard_needs_a_login(base: str) -> None:
     assert (await get(base, None)).code == 403
     assert (await get(base, "nobody")).code == 403  # no access:services for this service
+
+
+async def test_availability_counts_free_gpus_without_naming_holders(base: str) -> None:
+    body = await get_json(base + "api/v1/availability?resource=nvidia.com/gpu&count=1", "bob")
+    assert (body["free"], body["total"], body["startable"], body["text"]) == (3, 6, True, "3 of 6 GPU free")
+    assert not {"alice", "owners", "user"} & set(json.dumps(body).replace('"', " ").split())
+    four = await get_json(base + "api/v1/availability?resource=nvidia.com/gpu&count=4", "bob")
+    assert (four["startable"], four["reason"]) == (False, "no-node-fits")
+    other_pool = await get_json(
+        base + "api/v1/availability?resource=nvidia.com/gpu&selector=gpuworkspace.dev/pool=gpu", "bob"
+    )
+    assert other_pool["reason"] == "no-nodes" and other_pool["why"]
+
+
+@pytest.mark.parametrize(
+    ("query", "token", "status", "message"),
+    [
+        pytest.param("resource=cpu", "bob", 400, "not a GPU resource", id="not-gpu"),
+        pytest.param("resource=nvidia.com/gpu&count=-1", "bob", 400, "between 1 and 64", id="bad-count"),
+        pytest.param("resource=nvidia.com/gpu&selector=x", "bob", 400, "key=value", id="bad-selector"),
+        pytest.param("resource=nvidia.com/gpu", None, 403, "missing or invalid credentials", id="anonymous"),
+        pytest.param("resource=nvidia.com/gpu&login=1", None, 403, "credentials", id="login-needs-oauth"),
+        pytest.param("resource=nvidia.com/gpu", "nobody", 403, SERVICE, id="no-access"),
+    ],
+)
+async def test_availability_errors_are_json(
+    base: str, query: str, token: str | None, status: int, message: str
+) -> None:
+    body = await get_json(base + "api/v1/availability?" + query, token, status)
+    assert body["status"] == status and message in body["message"]

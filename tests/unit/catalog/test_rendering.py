@@ -182,3 +182,47 @@ def test_renders_in_kubespawner_form(sample: Catalog) -> None:
 def test_describe_gpu_mode_covers_every_mode() -> None:
     for mode in ("exclusive", "mig", "time-sliced", "none"):
         assert describe_gpu_mode(mode)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("slug", "query"),
+    [
+        pytest.param(
+            "gpu-exclusive",
+            "resource=nvidia.com%2Fgpu&count=1&selector=gpuworkspace.dev%2Fpool%3Dgpu",
+            id="whole-gpu",
+        ),
+        pytest.param(
+            "gpu-mig",
+            "resource=nvidia.com%2Fmig-1g.10gb&count=1&selector=gpuworkspace.dev%2Fpool%3Dgpu",
+            id="mig",
+        ),
+        pytest.param(
+            "gpu-shared",
+            "resource=nvidia.com%2Fgpu.shared&count=1&selector=gpuworkspace.dev%2Fpool%3Dgpu",
+            id="time-sliced",
+        ),
+        pytest.param("cpu-small", None, id="cpu-only"),
+        pytest.param("vm-workstation", None, id="vm-without-gpu"),
+    ],
+)
+def test_card_asks_the_attribution_service_for_its_gpu(sample: Catalog, slug: str, query: str | None) -> None:
+    """The spawn page's script fills the "Free now" line from api/v1/availability?<this query>."""
+    (entry,) = [e for e in build_profile_list(sample, "bob", ["gpu-users"]) if e["slug"] == slug]
+    found = re.findall(r'data-gpuws-availability="([^"]*)"', entry["description"])
+    assert found == ([html.escape(query)] if query else [])
+
+
+def test_card_summary_first_details_for_the_selected_profile(sample: Catalog) -> None:
+    """Five cards fit a screen: description, what is free and the resources stay; the rest is detail."""
+    (entry,) = [e for e in build_profile_list(sample, "bob", ["gpu-users"]) if e["slug"] == "gpu-exclusive"]
+    lines = re.findall(r'<span class="gpuws-card-line([^"]*)"[^>]*><strong>([^<]*):', entry["description"])
+    assert lines == [
+        (" gpuws-availability", "Free now"),
+        (" gpuws-card-detail", "GPU"),
+        ("", "Resources"),
+        (" gpuws-card-detail", "Kept"),
+        (" gpuws-card-detail", "Wiped"),
+        (" gpuws-card-detail", "Session"),
+        (" gpuws-card-detail", "Cost center"),
+    ]
