@@ -150,6 +150,12 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(
         tmp_path, f"{pkg}/services/jobs/__init__.py", "from gpuworkspace_spawner.scheduler import mapping\n"
     )
+    _write(tmp_path, f"{pkg}/labextension/__init__.py")
+    _write(tmp_path, f"{pkg}/labextension/figures.py", "import jupyter_server\n")
+    _write(tmp_path, f"{pkg}/labextension/handlers.py", "from gpuworkspace_spawner.k8s import client\n")
+    _write(
+        tmp_path, f"{pkg}/services/disks/page.py", "from gpuworkspace_spawner.labextension import figures\n"
+    )
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(
@@ -163,7 +169,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     )
     out = " ".join(result.stdout.split())  # the report wraps long lines
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "0 kept, 11 broken" in out, out
+    assert "0 kept, 14 broken" in out, out
     for expected in (
         # forbidden: indirect, through services
         "gpuworkspace_spawner.manifests.pod -> gpuworkspace_spawner.services.culler",
@@ -180,5 +186,8 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         "gpuworkspace_spawner.scheduler.mapping is not allowed to import tornado",
         "gpuworkspace_spawner.scheduler is not allowed to import gpuworkspace_spawner.k8s",
         "gpuworkspace_spawner.services.jobs -> gpuworkspace_spawner.scheduler.mapping",
+        "gpuworkspace_spawner.labextension.figures is not allowed to import jupyter_server",
+        "gpuworkspace_spawner.labextension is not allowed to import gpuworkspace_spawner.k8s",
+        "gpuworkspace_spawner.services.disks.page -> gpuworkspace_spawner.labextension.figures",
     ):
         assert expected in out, f"{expected!r} not reported:\n{result.stdout}"
