@@ -52,6 +52,7 @@ lint: venv
 	$(BIN)/mypy $(MYPY_TARGETS)
 
 test: lint
+	cd jupyterlab-extension && node_modules/.bin/jest --ci
 	timeout --signal=INT --kill-after=60 $(TEST_BUDGET_S) \
 		env GPUWS_SOAK_OPS=$(TEST_SOAK_OPS) GPUWS_SOAK_SEED=$(SOAK_SEED) \
 		$(BIN)/pytest -p no:cacheprovider -q -m "not bench" --durations=10 $(PYTEST_ARGS) tests/

@@ -593,13 +593,15 @@ def _workspace_in_jupyterlab() -> None:
     accept it for the token's own user only (403 for anyone else's workspace). ``JUPYTER_CONFIG_PATH``
     is the demo's stand-in for the image's own configuration (docs/reference/image-contract.md): the
     devcluster's pods run this host's Python, so the package's ``jupyter-config`` directory enables the
-    extension and turns JupyterLab's news and update checks off, as an image built by the contract does.
+    extension and turns JupyterLab's news and update checks off, as an image built by the contract does;
+    ``JUPYTER_PATH`` likewise adds the prebuilt front end (``jupyter-data``: the status-bar item and the
+    notifications).
     """
-    from gpuworkspace_spawner.labextension import CONFIG_DIR  # noqa: PLC0415 -- only in this mode
+    from gpuworkspace_spawner.labextension import CONFIG_DIR, DATA_DIR  # noqa: PLC0415 -- only in this mode
 
     proxy = f"http://127.0.0.1:{PUBLIC_PORT}"
     services = {s.get("name") for s in c.JupyterHub.services}
-    env = {"JUPYTER_CONFIG_PATH": str(CONFIG_DIR)}
+    env = {"JUPYTER_CONFIG_PATH": str(CONFIG_DIR), "JUPYTER_PATH": str(DATA_DIR)}
     scopes = list(c.KubeSpawner.get("server_token_scopes", []))
     for name, variable in (
         ("gpuworkspace-attribution", "GPUWS_ATTRIBUTION_URL"),

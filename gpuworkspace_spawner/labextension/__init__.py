@@ -9,6 +9,9 @@ base URL:
 - ``POST gpuworkspace/api/activity``: "I'm still working", recorded as the server's own activity and
   reported to the hub, as jupyterhub-singleuser reports activity.
 
+The front end (``jupyterlab-extension/``, TypeScript, prebuilt into ``jupyter-data/``) shows them as a
+status-bar item and the culler's warnings as JupyterLab notifications with an "I'm still working" action.
+
 The services are called with the server's own token ($JUPYTERHUB_API_TOKEN), which the hub grants
 ``access:services!service=<name>`` for them (hub_config/jupyterhub_config.py); they accept it for this
 user's own workspaces only. ``jupyter-config/`` holds the configuration the workspace image installs
@@ -24,6 +27,14 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_DIR = Path(__file__).resolve().parent / "jupyter-config"  # a $JUPYTER_CONFIG_PATH entry
+# a $JUPYTER_PATH entry: labextensions/@gpuworkspace/jupyterlab-status, the prebuilt front end
+# (built from jupyterlab-extension/ by scripts/build-labextension.sh at set-up)
+DATA_DIR = Path(__file__).resolve().parent / "jupyter-data"
+FRONT_END = "@gpuworkspace/jupyterlab-status"
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": f"jupyter-data/labextensions/{FRONT_END}", "dest": FRONT_END}]
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
