@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.labextension import CONFIG_DIR
+from gpuworkspace_spawner.labextension import CONFIG_DIR, DATA_DIR
 
 pytestmark = pytest.mark.slow
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 USER_TOKEN = "user-token-for-the-test"  # what the browser's login stands for
 SERVER_TOKEN = "server-token-for-the-test"  # $JUPYTERHUB_API_TOKEN
 DETAIL = {
@@ -96,6 +98,7 @@ def serve(tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]
         **{k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GPUWS_"))},
         "HOME": str(tmp),
         "JUPYTER_CONFIG_PATH": str(CONFIG_DIR),
+        "JUPYTER_PATH": str(DATA_DIR),  # the prebuilt front end (scripts/build-labextension.sh)
         "JUPYTER_CONFIG_DIR": str(tmp / ".jupyter"),
         "JUPYTER_DATA_DIR": str(tmp / ".local"),
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
@@ -211,6 +214,8 @@ def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
         assert status == 200, body
         for part in ("resources", "culler"):
             assert body[part]["available"] is False and "unreachable" in body[part]["reason"], body
+        if Path(CHROMIUM).exists():  # the page, as a user sees it (chromium: apt-get install chromium)
+            in_the_browser_with_services_down(url)
         status, recorded = call(url, "/gpuworkspace/api/activity", "POST")
         assert (
             status == 200
@@ -221,3 +226,25 @@ def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def in_the_browser_with_services_down(url: str) -> None:
+    """JupyterLab loads with the front end: the status item says "unavailable" and why, no error dialog,
+    and no question about Jupyter news."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(90_000)
+            page.goto(f"{url}/lab?token={USER_TOKEN}")
+            item = page.locator(".jp-gpuworkspace-status")
+            item.filter(has_text="GPU/CPU: unavailable").wait_for()
+            assert "the GPU attribution service is unreachable" in (item.get_attribute("title") or "")
+            assert page.locator(".jp-Dialog").count() == 0
+            assert page.get_by_text("official Jupyter news").count() == 0
+        finally:
+            browser.close()
