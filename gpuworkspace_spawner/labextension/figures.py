@@ -146,7 +146,7 @@ def notice_view(notice: Mapping[str, Any], *, now: datetime) -> Json:
     stage, stages = _number(notice.get("stage")), _number(notice.get("stages"))
     return {
         "reason": _text(notice.get("reason"), 40),
-        "stage": int(stage) if stage is not None else None,
+        "stage": int(stage) + 1 if stage is not None else None,  # the culler counts from 0; users from 1
         "stages": int(stages) if stages is not None else None,
         "stop_at": _text(notice.get("stop_at"), 40) if stop_at else None,
         "seconds_left": max(0, round((stop_at - now).total_seconds())) if stop_at else None,

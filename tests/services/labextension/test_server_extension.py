@@ -39,7 +39,7 @@ DETAIL = {
     "cpu": {"used": 0.5, "request": 1, "limit": 2},
     "memory": {"used": 1024, "request": 2048, "limit": 4096},
 }
-NOTICES = [{"server": "", "reason": "idle", "stage": 1, "stages": 2, "stop_at": "2099-01-01T00:00:00Z"}]
+NOTICES = [{"server": "", "reason": "idle", "stage": 0, "stages": 2, "stop_at": "2099-01-01T00:00:00Z"}]
 
 
 class Fakes(BaseHTTPRequestHandler):

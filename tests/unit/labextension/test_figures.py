@@ -45,7 +45,7 @@ DETAIL = {  # docs/reference/attribution-api.md, GET /workspaces/{user}/{server}
 NOTICE = {  # the culler's api/v1/notices, one entry
     "server": "train",
     "reason": "idle",
-    "stage": 1,
+    "stage": 0,  # the culler's index: the first of two warnings
     "stages": 2,
     "stop_at": "2026-12-02T12:25:00Z",
     "message": "idle since 11:30 (latest: kernel k1); stops at 12:25",
