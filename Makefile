@@ -25,7 +25,7 @@ STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle
 	gpuworkspace_spawner/services/culler/model.py gpuworkspace_spawner/services/culler/policy.py \
 	gpuworkspace_spawner/services/culler/precedence.py \
 	gpuworkspace_spawner/services/culler/state.py gpuworkspace_spawner/probecredentials.py \
-	gpuworkspace_spawner/services/disks/owndisks.py
+	gpuworkspace_spawner/services/disks/owndisks.py gpuworkspace_spawner/labextension/figures.py
 STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables jsonpath rbac faults resources errors podsecurity protobody satokens saadmission,devcluster/gpuworkspace_devcluster/$(m).py))
 MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)
 
@@ -54,6 +54,7 @@ lint: venv
 	$(BIN)/mypy $(MYPY_TARGETS)
 
 test: lint
+	cd jupyterlab-extension && node_modules/.bin/jest --ci
 	timeout --signal=INT --kill-after=60 $(TEST_BUDGET_S) \
 		env GPUWS_SOAK_OPS=$(TEST_SOAK_OPS) GPUWS_SOAK_SEED=$(SOAK_SEED) \
 		$(BIN)/pytest -p no:cacheprovider -q -m "not bench" --durations=10 $(PYTEST_ARGS) tests/

@@ -297,6 +297,7 @@ def _use_gpuworkspace() -> None:
     _register_jobs_service()
     if _env("GPUWS_CULLER", "1") != "0":
         _register_culler_service()
+    _workspace_in_jupyterlab()
     # In a pod, JupyterHub would start these without KUBERNETES_SERVICE_HOST/PORT (it passes only PATH,
     # LANG, its JUPYTERHUB_* and each service's environment): pass them on, or in-cluster config fails.
     from gpuworkspace_spawner.services.hubenv import pass_in_cluster_environment  # noqa: PLC0415
@@ -581,6 +582,36 @@ def _register_culler_service() -> None:
     }
     _add_service(service, roles=(role,))
     _let_users_open(name)
+
+
+def _workspace_in_jupyterlab() -> None:
+    """The workspace's figures and the culler's warnings inside JupyterLab (docs/reference/jupyterlab-extension.md):
+    the server extension gpuworkspace_spawner.labextension asks the attribution service and the culler
+    with the server's own token, for this workspace only.
+
+    The token gets ``access:services!service=<name>`` for each of the two services, nothing broader; they
+    accept it for the token's own user only (403 for anyone else's workspace). ``JUPYTER_CONFIG_PATH``
+    is the demo's stand-in for the image's own configuration (docs/reference/image-contract.md): the
+    devcluster's pods run this host's Python, so the package's ``jupyter-config`` directory enables the
+    extension and turns JupyterLab's news and update checks off, as an image built by the contract does;
+    ``JUPYTER_PATH`` likewise adds the prebuilt front end (``jupyter-data``: the status-bar item and the
+    notifications).
+    """
+    from gpuworkspace_spawner.labextension import CONFIG_DIR, DATA_DIR  # noqa: PLC0415 -- only in this mode
+
+    proxy = f"http://127.0.0.1:{PUBLIC_PORT}"
+    services = {s.get("name") for s in c.JupyterHub.services}
+    env = {"JUPYTER_CONFIG_PATH": str(CONFIG_DIR), "JUPYTER_PATH": str(DATA_DIR)}
+    scopes = list(c.KubeSpawner.get("server_token_scopes", []))
+    for name, variable in (
+        ("gpuworkspace-attribution", "GPUWS_ATTRIBUTION_URL"),
+        ("gpuworkspace-culler", "GPUWS_CULLER_URL"),
+    ):
+        if name in services:
+            env[variable] = f"{proxy}/services/{name}/api/v1"
+            scopes.append(f"access:services!service={name}")
+    c.KubeSpawner.server_token_scopes = scopes
+    c.KubeSpawner.environment = {**dict(c.KubeSpawner.get("environment", {})), **env}
 
 
 if SPAWNER == "kubespawner":

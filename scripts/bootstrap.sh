@@ -10,6 +10,8 @@
 #      install or either is missing from .venv (stamp: .venv/.bootstrap-stamp).
 #   4. configurable-http-proxy into ./node_modules with `npm ci` from the committed
 #      package-lock.json, when it changed (stamp: node_modules/.bootstrap-stamp).
+#   5. the workspace's JupyterLab extension: npm ci in jupyterlab-extension/ and a build with
+#      @jupyterlab/builder into the Python package, when its sources or JupyterLab changed.
 #
 # Idempotent: a second run with nothing changed does no installs and takes well under a second.
 # Environment: PYTHON=/path/to/python3.x picks the interpreter for a new venv;
@@ -145,6 +147,12 @@ if command -v npm >/dev/null 2>&1; then
     fi
 else
     say "warning: npm not found; skipping configurable-http-proxy (install nodejs and npm)"
+fi
+
+# --- 5. the workspace's JupyterLab extension (TypeScript), prebuilt into the Python package -------
+if command -v npm >/dev/null 2>&1 && [ "$(node_major)" -ge 20 ]; then
+    built="$(VENV="$VENV" bash scripts/build-labextension.sh)"  # fails bootstrap when the build fails
+    while IFS= read -r line; do [ -z "$line" ] || did+=("$line"); done <<<"$built"
 fi
 
 # --- summary ------------------------------------------------------------------------------------

@@ -236,6 +236,9 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(
         tmp_path, f"{pkg}/services/jobs/__init__.py", "from gpuworkspace_spawner.scheduler import mapping\n"
     )
+    _write(tmp_path, f"{pkg}/labextension/__init__.py")
+    _write(tmp_path, f"{pkg}/labextension/figures.py", "import jupyter_server\n")
+    _write(tmp_path, f"{pkg}/labextension/handlers.py", "from gpuworkspace_spawner.k8s import client\n")
     _write(tmp_path, f"{pkg}/services/reclaimer.py")
     _write(
         tmp_path,
@@ -252,6 +255,9 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(
         tmp_path, f"{pkg}/catalog/__main__.py", "from gpuworkspace_spawner.manifests import networkpolicy\n"
     )
+    _write(
+        tmp_path, f"{pkg}/services/disks/page.py", "from gpuworkspace_spawner.labextension import figures\n"
+    )
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(
@@ -265,7 +271,7 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     )
     out = " ".join(result.stdout.split())  # the report wraps long lines
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "0 kept, 14 broken" in out, out
+    assert "0 kept, 17 broken" in out, out
     for expected in (
         # the devcluster's distribution: from the root package's own __init__ and from a subpackage
         "gpuworkspace_spawner is not allowed to import gpuworkspace_devcluster",
@@ -291,6 +297,9 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         "gpuworkspace_spawner.services.culler.web -> gpuworkspace_spawner.services.disks.owndisks",
         "gpuworkspace_spawner.services.access is not allowed to import jupyterhub",
         "gpuworkspace_spawner.jobs is not allowed to import jupyterhub",
+        "gpuworkspace_spawner.labextension.figures is not allowed to import jupyter_server",
+        "gpuworkspace_spawner.labextension is not allowed to import gpuworkspace_spawner.k8s",
+        "gpuworkspace_spawner.services.disks.page -> gpuworkspace_spawner.labextension.figures",
     ):
         assert expected in out, f"{expected!r} not reported:\n{result.stdout}"
 

@@ -120,6 +120,9 @@ def test_create_notebook_job_goes_to_the_queue(stack: HubStack) -> None:
         "users:activity!user=alice",
         "read:users:activity!user=alice",
         "access:services!service=gpuworkspace-jobs",
+        # the status bar's server extension (test_jupyterlab_status.py) reads these two services
+        "access:services!service=gpuworkspace-attribution",
+        "access:services!service=gpuworkspace-culler",
         "read:users:name!user=alice",  # and, as every token has, its owner's identity
         "read:users:groups!user=alice",
     }, server_token

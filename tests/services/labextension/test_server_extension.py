@@ -1,0 +1,250 @@
+"""The server extension in a real Jupyter server (JupyterLab 4), with the package's jupyter-config.
+
+The attribution service, the culler and the hub are small stand-ins on loopback that record what they
+were sent; the server is started as the workspace image starts it (``$JUPYTER_CONFIG_PATH`` holding the
+package's ``jupyter-config``). What a user would notice: JupyterLab does not ask about news, the status
+answers with the figures or "unavailable" (never an error), polling is not activity, and "I'm still
+working" is, for the server and the hub alike, carried by the server's own token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuworkspace_spawner.labextension import CONFIG_DIR, DATA_DIR
+
+pytestmark = pytest.mark.slow
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+USER_TOKEN = "user-token-for-the-test"  # what the browser's login stands for
+SERVER_TOKEN = "server-token-for-the-test"  # $JUPYTERHUB_API_TOKEN
+DETAIL = {
+    "at": 1.0,
+    "gpu": {"basis": "measured", "caveat": "", "util_percent": 55.0, "mem_used_mib": 4096.0, "allocated": 1},
+    "gpu_mode": "exclusive",
+    "cpu": {"used": 0.5, "request": 1, "limit": 2},
+    "memory": {"used": 1024, "request": 2048, "limit": 4096},
+}
+NOTICES = [{"server": "", "reason": "idle", "stage": 0, "stages": 2, "stop_at": "2099-01-01T00:00:00Z"}]
+
+
+class Fakes(BaseHTTPRequestHandler):
+    seen: list[tuple[str, str, str, str]] = []  # noqa: RUF012 -- (method, path, authorization, body)
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode() if length else ""
+        Fakes.seen.append((self.command, self.path, self.headers.get("Authorization", ""), body))
+        if self.path.endswith("/workspaces/alice/~"):
+            reply: Any = DETAIL
+        elif self.path.endswith("/notices"):
+            reply = NOTICES
+        else:
+            reply = {}
+        raw = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def fakes() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Fakes)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def serve(tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    argv = [
+        str(Path(sys.executable).parent / "jupyter-lab"),
+        "--no-browser",
+        "--allow-root",
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        f"--ServerApp.root_dir={tmp}",
+        f"--IdentityProvider.token={USER_TOKEN}",
+    ]
+    full = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GPUWS_"))},
+        "HOME": str(tmp),
+        "JUPYTER_CONFIG_PATH": str(CONFIG_DIR),
+        "JUPYTER_PATH": str(DATA_DIR),  # the prebuilt front end (scripts/build-labextension.sh)
+        "JUPYTER_CONFIG_DIR": str(tmp / ".jupyter"),
+        "JUPYTER_DATA_DIR": str(tmp / ".local"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
+        "JUPYTERHUB_USER": "alice",
+        "JUPYTERHUB_SERVER_NAME": "",
+        **env,
+    }
+    with (tmp / "server.log").open("wb") as log:
+        proc = subprocess.Popen(argv, env=full, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError((tmp / "server.log").read_text())
+        try:
+            if call(url, "/api/status")[0] == 200:
+                return proc, url
+        except OSError:
+            time.sleep(0.3)
+    proc.terminate()
+    raise AssertionError("the server did not start: " + (tmp / "server.log").read_text()[-2000:])
+
+
+def call(url: str, path: str, method: str = "GET") -> tuple[int, Any]:
+    request = urllib.request.Request(
+        url + path,
+        method=method,
+        data=b"{}" if method == "POST" else None,
+        headers={"Authorization": f"token {USER_TOKEN}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            raw = answer.read()
+            status = answer.status
+    except urllib.error.HTTPError as e:
+        raw, status = e.read(), e.code
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, fakes: str) -> Iterator[str]:
+    env = {
+        "JUPYTERHUB_API_TOKEN": SERVER_TOKEN,
+        "JUPYTERHUB_API_URL": f"{fakes}/hub/api",
+        "GPUWS_ATTRIBUTION_URL": f"{fakes}/services/gpuworkspace-attribution/api/v1",
+        "GPUWS_CULLER_URL": f"{fakes}/services/gpuworkspace-culler/api/v1",
+    }
+    proc, url = serve(tmp_path_factory.mktemp("lab"), env)
+    yield url
+    proc.terminate()
+    proc.wait(30)
+
+
+def test_jupyterlab_does_not_ask_about_news(lab: str) -> None:
+    status, settings = call(lab, "/lab/api/settings/@jupyterlab/apputils-extension:notification")
+    assert status == 200, settings
+    assert settings["schema"]["properties"]["fetchNews"]["default"] == "false"  # not "none": the question
+    assert settings["schema"]["properties"]["checkForUpdates"]["default"] is False
+    assert call(lab, "/lab/api/news")[1] == {"news": []}
+    assert '"news": {"disabled": true}' in call(lab, "/lab")[1]
+
+
+def test_figures_come_from_the_services_with_the_servers_token(lab: str) -> None:
+    Fakes.seen.clear()
+    status, body = call(lab, "/gpuworkspace/api/status")
+    assert status == 200, body
+    gpu = body["resources"]["gpu"]
+    assert (gpu["mode"], gpu["util_percent"], gpu["mem_used_mib"], gpu["basis"]) == (
+        "exclusive",
+        55.0,
+        4096.0,
+        "measured",
+    )
+    (warning,) = body["culler"]["warnings"]
+    assert warning["stage"] == 1 and warning["seconds_left"] > 0
+    assert body["disk"]["available"] and body["disk"]["total_bytes"] > 0
+    asked = {(m, p, a) for m, p, a, _ in Fakes.seen}
+    assert asked == {
+        ("GET", "/services/gpuworkspace-attribution/api/v1/workspaces/alice/~", f"token {SERVER_TOKEN}"),
+        ("GET", "/services/gpuworkspace-culler/api/v1/notices", f"token {SERVER_TOKEN}"),
+    }
+
+
+def test_polling_is_not_activity_and_still_working_is(lab: str) -> None:
+    before = call(lab, "/api/status?no_track_activity=1")[1]["last_activity"]
+    time.sleep(0.05)  # last_activity has microseconds: a later request would show a later time
+    call(lab, "/gpuworkspace/api/status")
+    assert call(lab, "/api/status?no_track_activity=1")[1]["last_activity"] == before
+    Fakes.seen.clear()
+    status, recorded = call(lab, "/gpuworkspace/api/activity", "POST")
+    assert status == 200 and recorded["server"] and recorded["hub"], recorded
+    assert call(lab, "/api/status?no_track_activity=1")[1]["last_activity"] > before
+    ((method, path, auth, sent),) = Fakes.seen
+    assert (method, path, auth) == ("POST", "/hub/api/users/alice/activity", f"token {SERVER_TOKEN}")
+    assert json.loads(sent)["servers"] == {"": {"last_activity": recorded["recorded_at"]}}
+
+
+def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    env = {
+        "JUPYTERHUB_API_TOKEN": SERVER_TOKEN,
+        "JUPYTERHUB_API_URL": f"{closed}/hub/api",
+        "GPUWS_ATTRIBUTION_URL": f"{closed}/a",
+        "GPUWS_CULLER_URL": f"{closed}/c",
+    }
+    proc, url = serve(tmp_path, env)
+    try:
+        status, body = call(url, "/gpuworkspace/api/status")
+        assert status == 200, body
+        for part in ("resources", "culler"):
+            assert body[part]["available"] is False and "unreachable" in body[part]["reason"], body
+        if Path(CHROMIUM).exists():  # the page, as a user sees it (chromium: apt-get install chromium)
+            in_the_browser_with_services_down(url)
+        status, recorded = call(url, "/gpuworkspace/api/activity", "POST")
+        assert (
+            status == 200
+            and recorded["server"]
+            and not recorded["hub"]
+            and "unreachable" in recorded["reason"]
+        )
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def in_the_browser_with_services_down(url: str) -> None:
+    """JupyterLab loads with the front end: the status item says "unavailable" and why, no error dialog,
+    and no question about Jupyter news."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(90_000)
+            page.goto(f"{url}/lab?token={USER_TOKEN}")
+            item = page.locator(".jp-gpuworkspace-status")
+            item.filter(has_text="GPU/CPU: unavailable").wait_for()
+            assert "the GPU attribution service is unreachable" in (item.get_attribute("title") or "")
+            assert page.locator(".jp-Dialog").count() == 0
+            assert page.get_by_text("official Jupyter news").count() == 0
+        finally:
+            browser.close()
