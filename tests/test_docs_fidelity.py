@@ -95,7 +95,7 @@ def _functions(path: Path) -> set[str]:
 
 def _our_file(path: str, column: str) -> Path:
     if column == "Simulated by":
-        return REPO / "gpuworkspace_spawner" / "devcluster" / path
+        return REPO / "devcluster" / "gpuworkspace_devcluster" / path
     if path.startswith(("hub_config/", "helm-values/", "tests/")):
         return REPO / path
     return REPO / "gpuworkspace_spawner" / path
