@@ -27,8 +27,9 @@ How it measures
   * RSS: VmRSS and VmHWM from ``/proc/<pid>/status`` of the service and any children, after the idle
     cycles and again after the load. Peer: a Python process that only imports the service's modules.
   * API latency (the goal's figure): requests at a fixed mean rate (``--rate``, 100/s: far more than
-    a hub's dashboards make; Poisson arrivals, open loop) over five endpoints round-robin (nodes;
-    workspaces as admin = every row; workspaces as a user; one workspace's detail; top as admin) for
+    a hub's dashboards make; Poisson arrivals, open loop) over six endpoints round-robin (nodes;
+    workspaces as admin = every row; workspaces as a user; one workspace's detail; top as admin;
+    a spawn page's availability for whole GPUs as a user) for
     at least ``--open-s`` (20) seconds and ``--load-cycles`` (2) collector cycles. Latency counts from
     each request's scheduled send time (no coordinated omission). Requests that overlapped a cycle's
     wall window (polled from ``api/v1/status``) are also shown apart. Peer: the same load against a
@@ -70,6 +71,7 @@ PREFIX = f"/services/{SERVICE}/"
 DCGM_PORT, KUBELET_PORT = 9400, 10250
 GOAL_P99_MS, GOAL_RSS_MIB = 20.0, 200.0
 ADMIN_TOKEN, USER_TOKEN, SERVICE_TOKEN = "bench-admin-token", "bench-user-token", "bench-service-token"
+AVAILABILITY = "resource=nvidia.com/gpu&count=1&selector=gpuworkspace.dev/pool=gpu"  # the demo whole-GPU card
 GROUP_SIZE = 100
 MIB = 1024 * 1024
 
@@ -762,6 +764,8 @@ async def bench(opts: argparse.Namespace, tmp: Path) -> int:
                 Endpoint("workspaces (a user)", "api/v1/workspaces", USER_TOKEN),
                 Endpoint("workspace detail (a user)", f"api/v1/workspaces/{user}/{server}", USER_TOKEN),
                 Endpoint("top (admin)", "api/v1/top", ADMIN_TOKEN),
+                # what a spawn page polls for each GPU profile's card (issue 18)
+                Endpoint("availability (a user)", f"api/v1/availability?{AVAILABILITY}", USER_TOKEN),
             ]
             for e in endpoints:
                 async with session.get(svc.base + e.path, headers=_auth(e.token)) as r:
@@ -803,7 +807,7 @@ async def bench(opts: argparse.Namespace, tmp: Path) -> int:
     # the HTTP floor: same sizes, static bytes, own process
     ctx = multiprocessing.get_context("spawn")
     conn, child = ctx.Pipe()
-    bodies = {PREFIX + e.path: b"x" * e.size for e in endpoints}
+    bodies = {PREFIX + e.path.partition("?")[0]: b"x" * e.size for e in endpoints}  # routes: no query
     peer_proc = ctx.Process(target=_peer_main, args=(child, bodies), daemon=True)
     peer_proc.start()
     peer_port = conn.recv()
