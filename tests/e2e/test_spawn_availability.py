@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .conftest import SERVICES_ENV
 from .harness import REPO, HubStack, logged_in_page
 from .test_attribution import attr, kubectl, until
 
@@ -28,6 +30,7 @@ QUERY = "availability?resource=nvidia.com/gpu&count=1&selector=gpuworkspace.dev/
 CARD = "label[for=profile-item-gpu-exclusive] .gpuws-availability"
 ARTIFACTS = Path(os.environ.get("GPUWS_ARTIFACTS", REPO / ".artifacts"))
 HOLDER = "avail-hold-"
+CYCLE_S = float(SERVICES_ENV["GPUWS_ATTRIBUTION_INTERVAL"])  # the attribution service's cycle here
 
 
 @pytest.fixture(autouse=True)
@@ -79,6 +82,27 @@ def until_free(stack: HubStack, free: int) -> dict[str, Any]:
     )
 
 
+def hold_until_free(stack: HubStack, free: int, held: list[int]) -> dict[str, Any]:
+    """Hold GPUs with new pods until exactly ``free`` stay free over two collection cycles. An earlier
+    test's workspace may still be leaving (its pod terminating holds its GPU until it is gone), so the
+    number to hold is what the service counts now, not what it counted at first."""
+
+    def settled() -> dict[str, Any] | None:
+        body = counts(stack)
+        if body["free"] > free:
+            more = range(len(held), len(held) + body["free"] - free)
+            hold(stack, more)
+            held.extend(more)
+            time.sleep(2 * CYCLE_S)  # until the service has counted them: else they would be held twice
+            return None
+        if body["free"] < free:
+            return None  # something else holds one for now: wait for it to go
+        time.sleep(2 * CYCLE_S)
+        return body if counts(stack)["free"] == free else None
+
+    return until(settled, f"{free} whole GPUs free, steadily", timeout_s=120)  # type: ignore[no-any-return]
+
+
 def card_text(page: Any) -> str:
     line = page.locator(CARD)
     return str(line.inner_text()) if line.is_visible() else ""
@@ -99,8 +123,8 @@ def test_whole_gpu_card_counts_down_says_full_before_start_and_counts_up_again(
     total = before["total"]
     assert total >= 8 and before["text"] == f"{before['free']} of {total} H100 free", before
     # all but two of the pool's whole GPUs held (the issue's "six of eight": here the pool has more)
-    hold(stack, range(before["free"] - 2))
-    body = until_free(stack, 2)
+    held: list[int] = []
+    body = hold_until_free(stack, 2, held)
     assert "gpu-holder" not in json.dumps(body), body  # counts only: never who holds them
 
     with logged_in_page(browser, stack, USER, viewport={"width": 1280, "height": 1000}) as page:
@@ -115,8 +139,7 @@ def test_whole_gpu_card_counts_down_says_full_before_start_and_counts_up_again(
         assert first and fifth and fifth["y"] + fifth["height"] - first["y"] <= 900, (first, fifth)
 
         # the last two taken: the page (not reloaded) says so, and why, before Start
-        hold(stack, range(before["free"] - 2, before["free"]))
-        until_free(stack, 0)
+        hold_until_free(stack, 0, held)
         full = until(lambda: "0 of" in (t := card_text(page)) and t, "the card to say it is full", 60)
         assert full.startswith(f"Free now: 0 of {total} H100 free. All of them are taken right now"), full
         page.locator("#profile-item-gpu-exclusive").check()

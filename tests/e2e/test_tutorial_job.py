@@ -85,6 +85,7 @@ def test_the_tutorial_runs_a_notebook_as_a_job_on_the_shipped_catalog(stack: Hub
     ) as page:
         page.goto(f"{stack.url}/user/alice/{SERVER}/lab/tree/train.ipynb")
         create = fill_job_form(page, "lr sweep 0.5", ("learning_rate", "0.5"), "train-1gpu")
+        page.wait_for_timeout(600)  # the picture only: the closed menu's fade-out is over
         page.screenshot(path=str(SHOTS / "tutorial-job-form.png"))
         assert not create.is_disabled(), page.locator("form").inner_text()[:2000]
         create.click()
