@@ -58,8 +58,9 @@ def test_browser_starts_a_vm_workspace_from_the_spawn_page(stack: HubStack, brow
     with logged_in_page(browser, stack, "bob") as page:
         page.goto(f"{stack.url}/hub/spawn/bob/vmws")
         page.locator("#spawn_form").wait_for()
-        assert "whole Linux VM" in page.locator("#spawn_form").inner_text()
         _pick_profile(page, "vm-workstation")
+        # the selected card shows its details
+        assert "whole Linux VM" in page.locator("label[for=profile-item-vm-workstation]").inner_text()
         page.locator('#spawn_form [type="submit"]').click()
         page.wait_for_url(f"{stack.url}/user/bob/vmws/lab*", timeout=120_000)
         page.locator("#jp-main-dock-panel").wait_for(timeout=60_000)
@@ -86,11 +87,13 @@ def _vm_objects(stack: HubStack, user: str) -> list[dict[str, Any]]:
 
 
 def _check_profile_cards(page: Any) -> None:
-    """The catalog's cards say what each GPU mode isolates, what persists and what is wiped."""
-    form = page.locator("#spawn_form").inner_text()
+    """The catalog's cards say what each GPU mode isolates, what persists and what is wiped: a card shows
+    its summary, and the selected one its details (the time-sliced card's here)."""
     offered = page.locator('input[name="profile"]').evaluate_all("els => els.map(e => e.value)")
     assert "gpu-exclusive" not in offered  # alice is not in gpu-users
     assert {"cpu-small", "gpu-shared", "gpu-mig"} <= set(offered)
+    page.locator('input[name="profile"][value="gpu-shared"]').check()
+    form = page.locator("label[for=profile-item-gpu-shared]").inner_text()
     for words in (
         "Kept:",
         "/home/jovyan",

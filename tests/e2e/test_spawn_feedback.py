@@ -119,7 +119,8 @@ def test_catalog_changes_are_picked_up_and_a_broken_change_keeps_the_last_good(
 ) -> None:
     ensure_user(stack, "reload")
     extra = e2e_catalog / "zz-reload.yaml"
-    text = (e2e_catalog / "cpu.yaml").read_text().replace("name: cpu-small", "name: cpu-reloaded", 1)
+    first = (e2e_catalog / "cpu.yaml").read_text().split("\n---\n")[0]  # cpu-small only: not cpu-team twice
+    text = first.replace("name: cpu-small", "name: cpu-reloaded", 1)
     text = re.sub(r"\n\s*default: true", "", text)
     extra.write_text(text)
     try:
