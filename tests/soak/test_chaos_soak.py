@@ -15,6 +15,7 @@ from tests.e2e.harness import REPO, HubStack
 
 from .chaos import NS, Conductor, Limits, describe, disks_now, orphans
 from .observer import Observer
+from .workload import Tally
 
 OPS = int(os.environ.get("GPUWS_SOAK_OPS", "200"))
 SEED = int(os.environ.get("GPUWS_SOAK_SEED", "1"))
@@ -70,6 +71,18 @@ def test_chaos_soak(soak_stack: HubStack, capsys: pytest.CaptureFixture[str]) ->
     assert seen.claims_deleted == [], seen.claims_deleted
     assert seen.double_attaches == [], seen.double_attaches
     assert orphaned == [] and ghosts == [], (orphaned, ghosts)
-    assert tally.unexplained_failures == [], tally.unexplained_failures
+    assert tally.unexplained_failures == [], (tally.unexplained_failures, hub_lines(soak_stack, tally))
     assert tally.errors == [], tally.errors
     assert sum(tally.ops.values()) >= OPS
+
+
+def hub_lines(stack: HubStack, tally: Tally, keep: int = 80) -> str:
+    """The hub log's lines about each server whose start failed without a reason (``user:name`` as
+    JupyterHub logs it, ``user--name`` in its pod and VM names): what a post-mortem needs when the
+    run's directory is gone, as in CI."""
+    names = {entry.split(" ", 1)[0] for entry in tally.unexplained_failures}
+    needles = [n.replace("/", ":") for n in names] + [n.replace("/", "--") for n in names]
+    log = stack.hub.proc.log_path
+    text = log.read_text(errors="replace") if log.exists() else ""
+    lines = [line for line in text.splitlines() if any(needle in line for needle in needles)]
+    return "\n".join(lines[-keep:])
