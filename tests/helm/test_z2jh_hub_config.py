@@ -224,6 +224,8 @@ def test_workspaces_submit_notebook_jobs_with_their_own_token(files: tuple[Path,
     _, c = chart(user_values(*files), CLUSTER_ENV)
     assert sorted(c.KubeSpawner.server_token_scopes) == [
         "access:servers!server",
+        "access:services!service=gpuworkspace-attribution",
+        "access:services!service=gpuworkspace-culler",
         "access:services!service=gpuworkspace-jobs",
         "users:activity!user",
     ]
@@ -236,6 +238,40 @@ def test_workspaces_submit_notebook_jobs_with_their_own_token(files: tuple[Path,
     assert url.hostname == f"gpuworkspace-jobs.{service['metadata']['namespace']}"
     assert url.port in {p["port"] for p in service["spec"]["ports"]}
     assert url.path == "/services/gpuworkspace-jobs/api/v1"
+
+
+def _service_port(name: str, namespace: str, hub: Mapping[str, Any]) -> set[int]:
+    """The ports of Service ``name`` in ``namespace``: extra-manifests' own, or the chart's hub Service
+    (8081 plus hub.service.extraPorts)."""
+    if (name, namespace) == ("hub", RELEASE_NAMESPACE):
+        return {8081, *(p["port"] for p in hub["service"]["extraPorts"])}
+    return {
+        p["port"]
+        for _, d in manifests()
+        if d["kind"] == "Service" and (d["metadata"]["name"], d["metadata"]["namespace"]) == (name, namespace)
+        for p in d["spec"]["ports"]
+    }
+
+
+@pytest.mark.parametrize("files", COMBOS)
+def test_workspaces_find_the_status_services_by_their_in_cluster_services(
+    files: tuple[Path, ...], chart: Any
+) -> None:
+    """The JupyterLab extension's server part (docs/reference/jupyterlab-extension.md): its two URLs
+    name a real Service port and the service's own prefix, the ones the hub registers the service with."""
+    values = user_values(*files)
+    _, c = chart(values, CLUSTER_ENV)
+    registered = {s["name"]: urlparse(s["url"]) for s in c.JupyterHub.services}
+    for variable, service in (
+        ("GPUWS_ATTRIBUTION_URL", "gpuworkspace-attribution"),
+        ("GPUWS_CULLER_URL", "gpuworkspace-culler"),
+    ):
+        url = urlparse(c.KubeSpawner.environment[variable])
+        host, _, namespace = (url.hostname or "").partition(".")
+        assert namespace == RELEASE_NAMESPACE, f"{variable}: {url.hostname} is not in {RELEASE_NAMESPACE}"
+        assert url.port in _service_port(host, namespace, values["hub"]), f"{variable}: no such Service port"
+        assert (host, url.port) == (registered[service].hostname, registered[service].port), variable
+        assert url.path == f"/services/{service}/api/v1", variable
 
 
 @pytest.mark.parametrize("files", COMBOS)

@@ -9,6 +9,7 @@ it onto the virt-launcher pod) for VMs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,17 @@ HUB = Pod(
     HUB_NS,
     "10.244.0.10",
     {"app": "jupyterhub", "component": "hub", "release": "jhub"},
-    {"http": (8081, "TCP")},
+    {"http": (8081, "TCP"), "culler": (10103, "TCP")},
+)
+ATTRIBUTION = Pod(
+    "gpuworkspace-attribution",
+    HUB_NS,
+    "10.244.0.13",
+    {
+        "app.kubernetes.io/name": "gpuworkspace-attribution",
+        "app.kubernetes.io/part-of": "gpuworkspace-spawner",
+    },
+    {"http": (10102, "TCP")},
 )
 PROXY = Pod("proxy", HUB_NS, "10.244.0.11", {"app": "jupyterhub", "component": "proxy", "release": "jhub"})
 # another pod of the release, labelled for network access to servers like the proxy, but neither hub nor proxy
@@ -132,10 +143,12 @@ SERVICES = (
     Service("10.96.0.10", ((DNS, 53),), 53, "UDP"),
     Service("10.96.0.10", ((DNS, 53),), 53, "TCP"),
     Service("10.96.12.34", ((HUB, 8081),), 8081),  # jhub/hub
+    Service("10.96.12.34", ((HUB, 10103),), 10103),  # jhub/hub, extraPorts: the culler
+    Service("10.96.12.35", ((ATTRIBUTION, 10102),), 10102),  # jhub/gpuworkspace-attribution
 )
 WORLD = Cluster(
     policies=(*shipped_policies(), *z2jh_policies()),
-    pods=(*WORKSPACES, HUB, PROXY, SCHEDULER, DNS, IMPORTER),
+    pods=(*WORKSPACES, HUB, PROXY, ATTRIBUTION, SCHEDULER, DNS, IMPORTER),
     services=SERVICES,
     node_ips={"node-a": NODE},
 )
@@ -326,3 +339,54 @@ def test_other_pods_of_the_workspace_namespace_are_isolated_both_ways() -> None:
         assert not may_connect(WORLD, IMPORTER, address, port, protocol), address
     for source in (HUB, PROXY, ALICE):
         assert not may_connect(WORLD, source, IMPORTER.ip, 8443), source.name
+
+
+STATUS_EGRESS = "gpuworkspace-workspaces-to-status"  # extra-manifests/52-workspace-status-egress.yaml
+
+
+@ids
+def test_the_jupyterlab_extension_reaches_the_attribution_service_and_the_culler(ws: Pod) -> None:
+    """Its server part asks both with the server's own token (docs/reference/jupyterlab-extension.md)."""
+    assert connects(WORLD, ws, "10.96.12.35", 10102)  # GPUWS_ATTRIBUTION_URL
+    assert connects(WORLD, ws, "10.96.12.34", 10103)  # GPUWS_CULLER_URL
+    for port in (8080, 9090, 22):  # nothing else of either pod
+        assert not may_connect(WORLD, ws, ATTRIBUTION.ip, port), port
+    assert not may_connect(WORLD, ws, HUB.ip, 8001)
+    assert not may_connect(WORLD, IMPORTER, ATTRIBUTION.ip, 10102)  # not workspaces: still nothing
+
+
+def _without(world: Cluster, name: str, edit: Any = None) -> Cluster:
+    """``world`` with policy ``name`` removed, or replaced by ``edit(policy)``."""
+    policies = []
+    for policy in world.policies:
+        if policy["metadata"]["name"] != name:
+            policies.append(policy)
+        elif edit is not None:
+            policies.append(edit(policy))
+    return Cluster(tuple(policies), world.pods, services=world.services, node_ips=world.node_ips)
+
+
+def _first_peer_only(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy with only the first peer of its first ingress rule (the proxy, before the additions)."""
+    spec = dict(policy["spec"])
+    first, *rest = spec["ingress"]
+    spec["ingress"] = [{**first, "from": first["from"][:1]}, *rest]
+    return {**policy, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("policy", "edit", "port"),
+    [
+        (STATUS_EGRESS, None, 10102),
+        (STATUS_EGRESS, None, 10103),
+        ("gpuworkspace-attribution", _first_peer_only, 10102),
+        ("hub", _first_peer_only, 10103),
+    ],
+    ids=["egress-attribution", "egress-culler", "attribution-ingress", "hub-ingress"],
+)
+def test_each_rule_for_the_extension_is_needed(policy: str, edit: Any, port: int) -> None:
+    """Least privilege: without the egress policy, or without the workspace peer of either ingress rule,
+    the path is closed."""
+    address = {10102: "10.96.12.35", 10103: "10.96.12.34"}[port]
+    assert connects(WORLD, ALICE, address, port)
+    assert not connects(_without(WORLD, policy, edit), ALICE, address, port)
