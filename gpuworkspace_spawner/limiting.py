@@ -10,6 +10,10 @@ so that the hub's clean-up ``stop()`` writes nothing either.
 
 The list, the decision and the create run under one lock per namespace, so concurrent starts in
 this hub cannot both take the last free place. (One hub process per release, as z2jh runs it.)
+
+The spawn form says the same before the click: :func:`form_refusals` lists the disks once when the
+form is rendered, and each profile card whose start would create a disk past a limit says why. The
+check at the create stays the one that holds (a disk may be made or deleted in between).
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from typing import Any
 from .compat import SpawnException
 from .k8s import custom, gateway
 from .k8s.custom import DATA_VOLUMES
-from .lifecycle.limits import DiskLimits, decide_new_disk
+from .k8s.errors import is_unavailable
+from .lifecycle.limits import DiskLimits, decide_new_disk, start_refusals
 from .manifests.names import DISK_HOME, DISK_ROOT, LABEL_DISK, LABEL_USER
+from .manifests.vm import vm_names
 
 HOME_SELECTOR = f"{LABEL_DISK}={DISK_HOME}"
 ROOT_SELECTOR = f"{LABEL_DISK}={DISK_ROOT}"
@@ -73,3 +79,35 @@ async def new_disk_guard(spawner: Any, kind: str, disk_name: str) -> AsyncIterat
             spawner._log_record("disk-refused", kind, disk_name, why)
             raise SpawnException(verdict.reason, reason="disk-limit", status_code=403, log_message=why)
         yield
+
+
+async def form_refusals(spawner: Any) -> dict[str, str]:
+    """Runtime ("container"/"vm") -> why a start of that runtime for this server would be refused by a
+    disk limit now, for the spawn form's cards. Nothing when no limit is set, or when the disks cannot
+    be listed (the form still renders; the check at the create still applies)."""
+    limits = DiskLimits(per_user=spawner.max_disks_per_user, total=spawner.max_disks_total)
+    if not (limits.per_user or limits.total):
+        return {}
+    identity = spawner._identity()
+    try:
+        disks = await list_disks(
+            spawner.api, spawner.namespace, request_timeout=spawner.k8s_api_request_timeout
+        )
+    except Exception as e:
+        if not (is_unavailable(e) or isinstance(e, OSError | TimeoutError)):
+            raise
+        spawner.log.warning(
+            "Spawn form for %s: disks not listed (%s); no disk-limit notice shown", identity, e
+        )
+        return {}
+    new_disks = {
+        "container": spawner._expand_user_properties(spawner.pvc_name_template),
+        "vm": vm_names(identity).disk,
+    }
+    return start_refusals(
+        disks,
+        user=identity.user,
+        user_label=identity.selector_labels[LABEL_USER],
+        new_disks=new_disks,
+        limits=limits,
+    )

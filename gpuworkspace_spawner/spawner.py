@@ -50,7 +50,7 @@ from .lifecycle.phasetiming import PhaseClock
 from .lifecycle.retention import decide_home_disk
 from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
 from .lifecycle.state import derive_state, to_json
-from .limiting import new_disk_guard
+from .limiting import form_refusals, new_disk_guard
 from .manifests.conventions import apply_conventions, convention_env
 from .manifests.names import (
     ANN_LAST_NODE,
@@ -229,8 +229,9 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
     def _groups(self) -> list[str]:
         return [g.name for g in self.user.groups]
 
-    def _catalog_profile_list(self, spawner: GPUWorkspaceSpawner) -> list[dict[str, Any]]:
-        return build_profile_list(spawner.catalog, spawner.user.name, spawner._groups())
+    async def _catalog_profile_list(self, spawner: GPUWorkspaceSpawner) -> list[dict[str, Any]]:
+        refusals = await form_refusals(spawner)  # a disk limit, said on the cards before the click
+        return build_profile_list(spawner.catalog, spawner.user.name, spawner._groups(), refusals)
 
     async def load_user_options(self) -> None:
         """Validate user_options against the catalog before anything touches the cluster."""

@@ -10,7 +10,7 @@ The card uses inline elements only: KubeSpawner puts the description inside a ``
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -233,10 +233,19 @@ def _same(a: str, b: str) -> bool:
         return a == b
 
 
-def build_card(profile: WorkspaceProfile) -> str:
+def _refusal_line(refusal: str) -> str:
+    """A start that would be refused now (e.g. a disk limit), said on the card before the click."""
+    return (
+        '<span class="gpuws-card-line gpuws-refusal" data-gpuws-refusal role="status"><strong>Cannot start '
+        f"now:</strong> {_text(refusal)}</span>"
+    )
+
+
+def build_card(profile: WorkspaceProfile, refusal: str = "") -> str:
     """The HTML card shown under the profile's name on the spawn form: a short summary (description,
-    what is free now, resources with the GPU resource), then detail lines (what the GPU mode isolates,
-    what is kept and wiped, the session) the page shows for the selected profile only."""
+    why it cannot start now if it cannot, what is free now, resources with the GPU resource), then
+    detail lines (what the GPU mode isolates, what is kept and wiped, the session) the page shows for
+    the selected profile only."""
     lines = []
     if profile.description:
         lines.append(f'<span class="gpuws-card-description">{_text(profile.description)}</span>')
@@ -253,6 +262,8 @@ def build_card(profile: WorkspaceProfile) -> str:
     availability = _availability_line(profile)
     if availability:
         lines.insert(1 if profile.description else 0, availability)
+    if refusal:
+        lines.insert(1 if profile.description else 0, _refusal_line(refusal))
     shared = _shared(profile)
     if shared:
         lines.append(_line("Shared data", shared, detail=True))
@@ -274,12 +285,12 @@ def _ide_option(profile: WorkspaceProfile) -> dict[str, Any]:
     return {"display_name": "Editor", "choices": choices, "unlisted_choice": {"enabled": False}}
 
 
-def build_profile_entry(profile: WorkspaceProfile, *, default: bool) -> dict[str, Any]:
+def build_profile_entry(profile: WorkspaceProfile, *, default: bool, refusal: str = "") -> dict[str, Any]:
     """One ``profile_list`` entry; ``display_name`` and ``description`` are escaped HTML."""
     entry: dict[str, Any] = {
         "slug": profile.slug,
         "display_name": _text(profile.display_name),
-        "description": build_card(profile),
+        "description": build_card(profile, refusal),
         "default": default,
         "kubespawner_override": {},
     }
@@ -288,15 +299,23 @@ def build_profile_entry(profile: WorkspaceProfile, *, default: bool) -> dict[str
     return entry
 
 
-def build_profile_list(catalog: Catalog, user: str, groups: Iterable[str]) -> list[dict[str, Any]]:
+def build_profile_list(
+    catalog: Catalog,
+    user: str,
+    groups: Iterable[str],
+    refusals_by_runtime: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """KubeSpawner ``profile_list`` entries for the profiles ``user`` may start (none: an empty list).
 
     Exactly one entry has ``default: True``: the catalog's default if the user may start it, else the
     first. ``kubespawner_override`` is empty: the spawner applies the chosen profile itself.
+    ``refusals_by_runtime`` ("container"/"vm" -> why a start of that runtime would be refused now, e.g.
+    a disk limit): those profiles' cards say so before the click.
     """
     group_set = frozenset(groups)
     default = default_profile_for(catalog, user, group_set)
+    refusals = refusals_by_runtime or {}
     return [
-        build_profile_entry(profile, default=profile is default)
+        build_profile_entry(profile, default=profile is default, refusal=refusals.get(profile.runtime, ""))
         for profile in accessible_profiles(catalog, user, group_set)
     ]

@@ -132,3 +132,39 @@ def decide_new_disk(
     return LimitVerdict(
         "allow", f"a new disk: {n_user + 1} for this user, {n_total + 1} in all", "", n_user, n_total
     )
+
+
+def form_refusal(verdict: LimitVerdict) -> str:
+    """What the spawn form says on a profile card when a start would be refused by ``verdict``: said
+    before the click, so in the conditional (nothing was tried yet); empty when the start may go on."""
+    if verdict.action != "refuse":
+        return ""
+    mine = f"{verdict.user_disks} disk{'s' if verdict.user_disks != 1 else ''}"
+    if verdict.limit == "per-user":
+        return (
+            f"this server has no disk yet and you already have {mine}, the most one user may keep. "
+            "Start one of your servers that has a disk, or ask an administrator to delete a retained one."
+        )
+    return (
+        f"this server has no disk yet and the hub already holds {verdict.total_disks} disks, the most it "
+        f"allows (you have {mine}). Start one of your servers that has a disk, or ask an administrator "
+        "to delete retained disks."
+    )
+
+
+def start_refusals(
+    disks: Sequence[Mapping[str, Any]],
+    *,
+    user: str,
+    user_label: str,
+    new_disks: Mapping[str, str],
+    limits: DiskLimits,
+) -> dict[str, str]:
+    """For each runtime in ``new_disks`` (runtime -> the disk a start of that runtime would create for
+    this server), the spawn form's refusal (:func:`form_refusal`), for the runtimes that would be refused."""
+    answers = {}
+    for runtime, disk_name in new_disks.items():
+        verdict = decide_new_disk(disks, user=user, user_label=user_label, disk_name=disk_name, limits=limits)
+        if verdict.action == "refuse":
+            answers[runtime] = form_refusal(verdict)
+    return answers

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import browser  # noqa: F401 -- the spawn form test's chromium
 from tests.e2e.harness import REPO, HubStack
 
 NAMED_SERVER_LIMIT, MAX_DISKS_PER_USER, MAX_DISKS_TOTAL = 4, 2, 6

@@ -8,13 +8,15 @@ its own users; the total-limit test first tops the namespace up to exactly 6 dis
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness import HubStack, wait_for
+from tests.e2e.harness import HubStack, logged_in_page, wait_for
 from tests.e2e.test_attribution import user_token
 from tests.e2e.test_hostile_inputs import as_user, ensure_user, writes_during
+from tests.e2e.test_spawn_availability import ARTIFACTS
 from tests.e2e.test_workspace_lifecycle import get_json, start
 
 from .conftest import MAX_DISKS_PER_USER, MAX_DISKS_TOTAL, NAMED_SERVER_LIMIT
@@ -68,8 +70,10 @@ def test_named_servers_past_the_limit_get_jupyterhubs_400(stack: HubStack) -> No
     assert got == 400 and "There is no profile 'nope'" in message(answer), answer
 
 
-def test_past_the_disk_limit_a_start_is_refused_with_403_and_nothing_written(stack: HubStack) -> None:
-    user = "dora"
+def test_past_the_disk_limit_a_start_is_refused_with_403_and_nothing_written(
+    stack: HubStack, browser: Any
+) -> None:
+    user = "alice"  # one oidc-provider-mock can log in: the spawn form is checked in chromium
     ensure_user(stack, user)
     token = user_token(stack, user)
     created(stack, user, "a")
@@ -100,6 +104,35 @@ def test_past_the_disk_limit_a_start_is_refused_with_403_and_nothing_written(sta
         assert "administrator" in text
         assert writes == [], (kind, json.dumps(writes)[:2000])
     assert len(disks(stack, user)) == MAX_DISKS_PER_USER
+
+    # the spawn form says so before the click: a new server's every card; an existing server's cards
+    # of the runtime whose disk it has (a: a home claim) start, those that would need a new disk do not
+    cards = spawn_form_cards(stack, browser, user, "c", shot="spawn-disk-limit.png")
+    assert all("Cannot start now:" in card for card in cards.values()), cards
+    assert (
+        "this server has no disk yet and you already have 2 disks, the most one user may keep"
+        in cards["cpu-small"]
+    )
+    cards = spawn_form_cards(stack, browser, user, "a")
+    assert "Cannot start now:" not in cards["cpu-small"] and "Cannot start now:" in cards["vm-workstation"]
+
+
+def spawn_form_cards(stack: HubStack, browser: Any, user: str, server: str, shot: str = "") -> dict[str, str]:
+    """The hub's spawn page for ``user``'s ``server`` as that user sees it in chromium (the hub serves its
+    pages to a login cookie, not to an API token): each profile's card (HTML)."""
+    with logged_in_page(browser, stack, user, viewport={"width": 1280, "height": 1000}) as page:
+        page.goto(f"{stack.url}/hub/spawn/{user}/{server}")
+        page.locator("#profile-item-cpu-small").wait_for(state="attached")
+        html = page.content()
+        if shot:  # docs/how-to/limits.md: the selected card's refusal above Start, from this run
+            page.locator("#profile-item-cpu-small").check()
+            page.locator("#gpuws-refusal-warning").wait_for(state="visible")
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / shot))
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r'<label for="profile-item-([a-z0-9-]+)"', html)]
+    assert starts, html[:3000]
+    ends = [s for s, _ in starts[1:]] + [len(html)]
+    return {slug: html[start:end] for (start, slug), end in zip(starts, ends, strict=True)}
 
 
 def test_past_the_total_disk_limit_a_start_is_refused_with_403_and_nothing_written(stack: HubStack) -> None:

@@ -226,3 +226,15 @@ def test_card_summary_first_details_for_the_selected_profile(sample: Catalog) ->
         (" gpuws-card-detail", "Session"),
         (" gpuws-card-detail", "Cost center"),
     ]
+
+
+def test_a_refused_runtime_says_why_on_its_cards_before_the_click(sample: Catalog) -> None:
+    """A disk limit (limiting.form_refusals) for VMs: every VM card says so, escaped; no container card does."""
+    entries = build_profile_list(sample, "bob", ["gpu-users"], {"vm": "you have 3 disks <the most>"})
+    by_slug = {e["slug"]: e["description"] for e in entries}
+    refused = {slug for slug, card in by_slug.items() if "Cannot start now:" in card}
+    assert refused == {p.slug for p in sample.profiles if p.runtime == "vm" and p.slug in by_slug} and refused
+    assert "you have 3 disks &lt;the most&gt;" in by_slug[next(iter(refused))]
+    assert build_profile_list(sample, "bob", ["gpu-users"]) == build_profile_list(
+        sample, "bob", ["gpu-users"], {}
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from gpuworkspace_spawner import limiting
 from gpuworkspace_spawner.compat import SpawnException
-from gpuworkspace_spawner.lifecycle.limits import DiskLimits, LimitVerdict, decide_new_disk
+from gpuworkspace_spawner.lifecycle.limits import DiskLimits, LimitVerdict, decide_new_disk, form_refusal
 from gpuworkspace_spawner.manifests.names import LABEL_USER, WorkspaceIdentity, label_value
 from gpuworkspace_spawner.manifests.pvc import build_home_pvc, build_retain_patch
 from gpuworkspace_spawner.manifests.vm import build_root_disk
@@ -209,3 +209,66 @@ async def test_guard_without_limits_lists_nothing(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(limiting, "list_disks", list_disks)
     async with limiting.new_disk_guard(FakeSpawner(0, 0), "PersistentVolumeClaim", "home-alice-c"):
         pass
+
+
+# ------------------------------------------------------------------------------ the spawn form
+class FormSpawner(FakeSpawner):
+    """What :func:`limiting.form_refusals` reads of a spawner rendering alice's form for server "c"."""
+
+    pvc_name_template = "home-{username}-{servername}"
+
+    def __init__(self, per_user: int, total: int) -> None:
+        super().__init__(per_user, total)
+        self.warnings: list[str] = []
+        self.log = self
+
+    def _expand_user_properties(self, template: str) -> str:
+        return template.format(username="alice", servername="c")
+
+    def warning(self, message: str, *args: Any) -> None:
+        self.warnings.append(message % args)
+
+
+def listing(disks: list[dict[str, Any]] | BaseException) -> Any:
+    async def list_disks(api: Any, namespace: str, *, request_timeout: float) -> list[dict[str, Any]]:
+        if isinstance(disks, BaseException):
+            raise disks
+        return disks
+
+    return list_disks
+
+
+async def test_the_form_says_which_runtimes_would_need_a_disk_past_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Server "c" already has its VM root disk: a VM profile reuses it; a container profile would need
+    home-alice-c, one past alice's limit of 3, and its cards say so before the click."""
+    monkeypatch.setattr(limiting, "list_disks", listing([*TWO_OF_ALICE, root("alice", "c")]))
+    refusals = await limiting.form_refusals(FormSpawner(per_user=3, total=0))
+    assert list(refusals) == ["container"]
+    assert refusals["container"].startswith("this server has no disk yet and you already have 3 disks")
+    assert await limiting.form_refusals(FormSpawner(per_user=4, total=0)) == {}
+
+    monkeypatch.setattr(limiting, "list_disks", listing([*TWO_OF_ALICE, home("bob", "x"), home("bob", "y")]))
+    refusals = await limiting.form_refusals(FormSpawner(per_user=0, total=4))
+    assert set(refusals) == {"container", "vm"}
+    assert "the hub already holds 4 disks, the most it allows (you have 2 disks)" in refusals["vm"]
+
+
+async def test_the_form_renders_when_the_disks_cannot_be_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limiting, "list_disks", listing(TimeoutError("no answer in 5 s")))
+    spawner = FormSpawner(per_user=1, total=0)
+    assert await limiting.form_refusals(spawner) == {}
+    assert "no disk-limit notice shown" in spawner.warnings[0]
+    monkeypatch.setattr(limiting, "list_disks", listing(ValueError("a bug")))
+    with pytest.raises(ValueError, match="a bug"):  # not hidden as "unavailable"
+        await limiting.form_refusals(spawner)
+
+
+async def test_the_form_without_limits_lists_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limiting, "list_disks", listing(AssertionError("no limit configured: no API call")))
+    assert await limiting.form_refusals(FormSpawner(0, 0)) == {}
+
+
+def test_form_refusal_is_empty_for_an_allowed_start() -> None:
+    assert form_refusal(decide([], "home-alice-c", per_user=1)) == ""
