@@ -17,15 +17,9 @@ SOAK_OPS ?= 1000
 SOAK_SEED ?= 1
 PYTEST_ARGS ?=
 
-# Modules type-checked strictly (setup.cfg [mypy-...] sections); only those that exist are passed.
-# STRICT_DEVCLUSTER: the devcluster's pure modules (its own distribution under devcluster/).
-STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle gpuworkspace_spawner/catalog \
-	gpuworkspace_spawner/jobs gpuworkspace_spawner/scheduler/mapping.py \
-	gpuworkspace_spawner/services/attribution gpuworkspace_spawner/agent \
-	gpuworkspace_spawner/services/culler/model.py gpuworkspace_spawner/services/culler/policy.py \
-	gpuworkspace_spawner/services/culler/precedence.py \
-	gpuworkspace_spawner/services/culler/state.py gpuworkspace_spawner/probecredentials.py \
-	gpuworkspace_spawner/services/disks/owndisks.py gpuworkspace_spawner/labextension/figures.py
+# Type-checked with --strict (setup.cfg [mypy]): the whole package, and the devcluster's pure modules
+# (STRICT_DEVCLUSTER; its own distribution under devcluster/). Only those that exist are passed.
+STRICT_PACKAGES := gpuworkspace_spawner
 STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables jsonpath rbac faults resources errors podsecurity protobody satokens saadmission,devcluster/gpuworkspace_devcluster/$(m).py))
 MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)
 

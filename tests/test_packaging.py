@@ -326,3 +326,43 @@ def test_the_devclusters_contract_catches_an_import_of_the_spawner(tmp_path: Pat
     assert "0 kept, 1 broken" in out, out
     assert "gpuworkspace_devcluster is not allowed to import gpuworkspace_spawner" in out, out
     assert "gpuworkspace_devcluster.store -> gpuworkspace_spawner" in out, out
+
+
+def _mypy_targets() -> list[str]:
+    """What `make lint` passes to mypy (the Makefile's MYPY_TARGETS)."""
+    out = subprocess.run(
+        ["make", "-s", "-p", "-C", str(REPO)], capture_output=True, text=True, check=False
+    ).stdout
+    line = next(x for x in out.splitlines() if x.startswith("MYPY_TARGETS"))
+    return line.split("=", 1)[1].split()
+
+
+def test_mypy_checks_the_whole_package_strictly(tmp_path: Path) -> None:
+    """`make lint` runs mypy on every module of the package with --strict (setup.cfg), and it fires: a
+    module of the package with an untyped function, or one subclassing an untyped class, is refused."""
+    assert "gpuworkspace_spawner" in _mypy_targets()
+    copy = tmp_path / "gpuworkspace_spawner"
+    copy.mkdir()
+    (copy / "__init__.py").write_text("")
+    (copy / "probe.py").write_text(
+        textwrap.dedent(
+            """
+            from kubespawner import KubeSpawner
+
+
+            def untyped(x):
+                return x
+
+
+            class Spawner(KubeSpawner):
+                pass
+            """
+        )
+    )
+    mypy = [sys.executable, "-m", "mypy", "--config-file", str(REPO / "setup.cfg"), "--no-incremental"]
+    result = subprocess.run(
+        [*mypy, "--no-pretty", str(copy)], check=False, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "probe.py:5: error: Function is missing a type annotation" in result.stdout, result.stdout
+    assert 'Class cannot subclass "KubeSpawner" (has type "Any")' in result.stdout, result.stdout

@@ -297,7 +297,8 @@ class CustomReflector(ResourceReflector):
 
     @property
     def objects(self) -> dict[str, Obj]:
-        return self.resources
+        objects: dict[str, Obj] = self.resources  # kubespawner's reflector: untyped
+        return objects
 
 
 class ClusterWatch(ObjectWatch):

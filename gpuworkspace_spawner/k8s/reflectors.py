@@ -39,7 +39,8 @@ class ClaimReflector(ResourceReflector):
 
     @property
     def claims(self) -> dict[str, dict[str, object]]:
-        return self.resources
+        claims: dict[str, dict[str, object]] = self.resources  # kubespawner's reflector: untyped
+        return claims
 
 
 _RETRYING: dict[type[ResourceReflector], type[ResourceReflector]] = {}

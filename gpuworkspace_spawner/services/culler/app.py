@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jupyterhub.services.auth import HubAuth, HubOAuth
 from traitlets import Any as AnyTrait
@@ -64,7 +64,7 @@ def load_hook(spec: Any) -> ArbiterHook | None:
     if spec is None or spec == "":
         return None
     if callable(spec):
-        return spec
+        return cast(ArbiterHook, spec)
     module, _, attr = str(spec).partition(":")
     if not module or not attr:
         raise TraitError(f"CullerApp.arbiter_hook must be a callable or 'module:function', not {spec!r}")
@@ -74,10 +74,10 @@ def load_hook(spec: Any) -> ArbiterHook | None:
         raise TraitError(f"CullerApp.arbiter_hook {spec!r} cannot be imported: {e}") from e
     if not callable(hook):
         raise TraitError(f"CullerApp.arbiter_hook {spec!r} is not callable")
-    return hook
+    return cast(ArbiterHook, hook)
 
 
-class LeadTimes(List):
+class LeadTimes(List[float]):
     """``warn_before``: a list of seconds; on the command line ``none`` (alone) is the empty list."""
 
     def from_string_list(self, s_list: list[str]) -> Any:

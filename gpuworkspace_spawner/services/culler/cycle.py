@@ -196,7 +196,7 @@ class Culler:
         if hook is None or decision.action not in (Action.WARN, Action.STOP):
             return decision
         try:
-            verdict: Any = hook(ws, decision)
+            verdict: object = hook(ws, decision)
             if inspect.isawaitable(verdict):
                 verdict = await verdict
             if verdict is None:

@@ -20,9 +20,6 @@ from ...audit import Action, AuditRecord
 from ...catalog import CatalogSource
 from ...catalog.model import WorkspaceProfile
 from ...jobs.manifests import (
-    KIND_JOB,
-    LABEL_JOB,
-    LABEL_KIND,
     QUEUE_LABEL,
     JobContext,
     build_code_claim,
@@ -39,7 +36,10 @@ from ...manifests.names import (
     ANN_PROFILE,
     ANN_USERNAME,
     DISK_HOME,
+    KIND_JOB,
     LABEL_DISK,
+    LABEL_JOB,
+    LABEL_KIND,
     WorkspaceIdentity,
     image_digest,
 )
@@ -133,7 +133,8 @@ class JobOperations:
         if not homes:
             server = identity.server or "default"
             raise ServiceError(404, f"no home disk for {identity.user}'s workspace {server!r}: start it once")
-        return homes[0]
+        home: dict[str, Any] = homes[0]
+        return home
 
     def _context(self, request: Request, identity: WorkspaceIdentity, home: Obj, caller: Obj) -> JobContext:
         catalog = self.catalog.current()
