@@ -18,6 +18,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from .editors import page_options
 from .figures import (
     ATTRIBUTION_URL_ENV,
     CULLER_URL_ENV,
@@ -140,3 +141,5 @@ def setup_handlers(serverapp: Any) -> None:
         ],
     )
     serverapp.log.info("gpuworkspace: status for %s at %sstatus", workspace.label, base + "/")
+    # the profile's declared editors, for the launcher's "Open VS Code" (editors.py)
+    serverapp.web_app.settings.setdefault("page_config_data", {}).update(page_options(os.environ))

@@ -6,6 +6,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
 import { Action, handoffAction } from './handoff';
+import { launcherPlugin } from './launcher-plugin';
 import { Status, statusText, statusTitle, Warning, warningKey, warningMessage } from './status';
 
 const POLL_MS = 5_000;
@@ -130,4 +131,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, launcherPlugin];

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from gpuworkspace_devcluster.sim.codeserver import MARKER
+from gpuworkspace_devcluster.sim.images import STANDIN_BIN
 from gpuworkspace_spawner.labextension import CONFIG_DIR, DATA_DIR
 
 pytestmark = pytest.mark.slow
@@ -166,6 +168,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory, fakes: str) -> Iterator[str]:
         "GPUWS_ATTRIBUTION_URL": f"{fakes}/services/gpuworkspace-attribution/api/v1",
         "GPUWS_CULLER_URL": f"{fakes}/services/gpuworkspace-culler/api/v1",
         "GPUWS_JOBS_URL": f"{fakes}/services/gpuworkspace-jobs/api/v1",
+        # an image that declares code-server (the spawner's $GPUWS_EDITORS); code-server itself is the
+        # devcluster's stand-in, which jupyter-vscode-proxy starts from PATH
+        "GPUWS_EDITORS": "jupyterlab,code-server",
+        "PATH": f"{STANDIN_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     proc, url = serve(tmp_path_factory.mktemp("lab"), env)
     yield url
@@ -265,6 +271,10 @@ def in_the_browser_with_services_down(url: str) -> None:
             assert "the GPU attribution service is unreachable" in (item.get_attribute("title") or "")
             assert page.locator(".jp-Dialog").count() == 0
             assert page.get_by_text("official Jupyter news").count() == 0
+            # no $GPUWS_EDITORS naming code-server: no VS Code in the launcher, though
+            # jupyter-vscode-proxy is installed here (its own launcher entry is turned off)
+            page.locator(".jp-LauncherCard").first.wait_for()
+            assert page.locator(".jp-LauncherCard", has_text="VS Code").count() == 0
         finally:
             browser.close()
 
@@ -308,5 +318,41 @@ def test_run_as_a_job_opens_the_create_job_form_for_the_open_notebook(lab: str) 
             values = [inputs.nth(i).input_value() for i in range(inputs.count())]
             assert "train.ipynb" in values, values  # the open notebook is the job's input file
             assert toast.count() >= 1  # the warning stays: the stop is still due
+        finally:
+            browser.close()
+
+
+def test_open_vs_code_in_the_launcher_where_the_image_declares_code_server(lab: str) -> None:
+    """The page gets the declared editors; jupyter-server-proxy's own launcher entries are off (its
+    "VS Code" shows wherever jupyter-vscode-proxy is installed); ours opens code-server (the stand-in)."""
+    status, html = call(lab, "/lab")
+    assert status == 200
+    config = json.loads(
+        html.split('id="jupyter-config-data" type="application/json">', 1)[1].split("</script>")[0]
+    )
+    assert config["gpuworkspaceEditors"] == "jupyterlab,code-server"
+    assert "@jupyterhub/jupyter-server-proxy:add-launcher-entries" in config["disabledExtensions"]
+    if not Path(CHROMIUM).exists():
+        return
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            page = context.new_page()
+            page.set_default_timeout(90_000)
+            page.goto(f"{lab}/lab?reset&token={USER_TOKEN}")  # reset: the launcher, not an earlier notebook
+            page.locator(".jp-LauncherCard").first.wait_for()
+            cards = page.locator(".jp-LauncherCard", has_text="VS Code")
+            assert cards.all_inner_texts() == ["Open VS Code"]  # ours, once; not the server proxy's
+            with context.expect_page() as opened:
+                cards.first.click()
+            vscode = opened.value
+            vscode.wait_for_load_state()
+            assert vscode.url.endswith("/vscode/"), vscode.url
+            vscode.get_by_text(MARKER).first.wait_for()
         finally:
             browser.close()
