@@ -87,7 +87,7 @@ def check_editors(spec: Mapping[str, Any], settings: object = None) -> Iterator[
 
 
 def editors_env(editors: tuple[Ide, ...]) -> dict[str, str]:
-    """The workspace's ``$GPUWS_EDITORS``: the editors its profile's image declares, e.g.
-    ``jupyterlab,code-server``. JupyterLab's launcher shows "Open VS Code" only where it names
+    """The workspace's ``$GPUWS_EDITORS``: the editors its profile's image declares, in ``IDES`` order,
+    e.g. ``code-server,jupyterlab``. JupyterLab's launcher shows "Open VS Code" only where it names
     code-server (gpuworkspace_spawner/labextension/editors.py)."""
     return {EDITORS_ENV: ",".join(editors)}

@@ -1,6 +1,6 @@
 """Which editors the workspace's profile declares for its image, for JupyterLab's launcher (pure).
 
-The spawner sets ``$GPUWS_EDITORS`` from the catalog (``jupyterlab,code-server``: the editors the
+The spawner sets ``$GPUWS_EDITORS`` from the catalog (``code-server,jupyterlab``: the editors the
 profile's image declares, catalog/editors.py) in every workspace, container and VM. The server extension
 hands it to the page as the page option ``gpuworkspaceEditors``; the front end (``launcher.ts``) adds
 "Open VS Code" to the launcher exactly when it names ``code-server``. jupyter-server-proxy's own
