@@ -106,6 +106,9 @@ def test_vm_workspace_serves_jupyterlab_and_code_server_behind_the_hub_login(sta
         (vmi,) = vm_objects(stack, user)["vmi"]
         interfaces = get_json(stack, "vmi", vmi)["spec"]["domain"]["devices"]["interfaces"]
         assert [p["port"] for i in interfaces for p in i.get("ports", [])] == [8888]
+        # the golden image declares code-server: the guest's JupyterLab offers "Open VS Code"
+        lab = fetch(f"{stack.url}/user/{user}/{server}/lab", stack.admin_token)[2]
+        assert '"gpuworkspaceEditors": "code-server,jupyterlab"' in lab, lab[:300]
         assert_both_editors_behind_the_hub_login(stack, user, server)
 
 
