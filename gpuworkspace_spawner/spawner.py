@@ -31,6 +31,7 @@ from .catalog import (
     build_profile_list,
     resolve_user_options,
 )
+from .catalog.editors import editors_env
 from .compat import SpawnException
 from .k8s import Conflict, Forbidden, KubernetesError, NotFound, Unavailable, custom, gateway
 from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VM_INSTANCES, ClusterWatch
@@ -293,6 +294,7 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
             env["GPUWORKSPACE_PROFILE"] = self._selection.profile.slug
             env["GPUWORKSPACE_CATALOG_VERSION"] = self._catalog_version
             env["GPUWORKSPACE_IDE"] = self._selection.ide
+            env.update(editors_env(self._selection.profile.editors))  # the launcher's "Open VS Code"
             env.update(convention_env(self._selection.profile))  # /workspace, /checkpoints, quota
         return env
 

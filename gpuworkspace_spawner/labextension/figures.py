@@ -21,6 +21,7 @@ Json = dict[str, Any]
 
 ATTRIBUTION_URL_ENV = "GPUWS_ATTRIBUTION_URL"  # e.g. http://proxy/services/gpuworkspace-attribution/api/v1
 CULLER_URL_ENV = "GPUWS_CULLER_URL"  # e.g. http://proxy/services/gpuworkspace-culler/api/v1
+JOBS_URL_ENV = "GPUWS_JOBS_URL"  # the jobs API's api/v1, as jupyter-scheduler's backend reads it
 DEFAULT_SERVER_SEGMENT = "~"  # the attribution API's name of the unnamed server in a path
 # What a stop keeps and loses (docs/explanation/lifecycle.md): the culler stops, never deletes.
 KEPT = "your home disk and the files on it"
@@ -36,6 +37,7 @@ class Workspace:
     attribution_url: str  # the attribution API's api/v1, or "" when the hub did not set it
     culler_url: str  # the culler API's api/v1, or ""
     hub_api_url: str  # $JUPYTERHUB_API_URL
+    jobs_url: str = ""  # the jobs API's api/v1, or "": no hand-off to a job (:mod:`.handoff`)
 
     @property
     def label(self) -> str:
@@ -60,6 +62,7 @@ def workspace_from_env(env: Mapping[str, str]) -> Workspace:
         attribution_url=env.get(ATTRIBUTION_URL_ENV, "").rstrip("/"),
         culler_url=env.get(CULLER_URL_ENV, "").rstrip("/"),
         hub_api_url=env.get("JUPYTERHUB_API_URL", "").rstrip("/"),
+        jobs_url=env.get(JOBS_URL_ENV, "").rstrip("/"),
     )
 
 
@@ -154,6 +157,7 @@ def notice_view(notice: Mapping[str, Any], *, now: datetime) -> Json:
         "last_activity": _text(notice.get("last_activity"), 40) or None,
         "activity_source": _text(notice.get("activity_source"), 200) or None,
         "dry_run": notice.get("dry_run") is True,
+        "handoff": notice.get("handoff") is True,  # the culler's; :func:`.handoff.with_jobs` decides
         "kept": KEPT,
         "lost": LOST,
     }

@@ -18,6 +18,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from .editors import page_options
 from .figures import (
     ATTRIBUTION_URL_ENV,
     CULLER_URL_ENV,
@@ -29,6 +30,7 @@ from .figures import (
     status_body,
     workspace_from_env,
 )
+from .handoff import jobs_view, offers_handoff, with_jobs
 
 TIMEOUT_S = 5.0  # per service call: the status bar polls; a slow service is "unavailable", not a hang
 
@@ -93,6 +95,10 @@ class StatusHandler(_Base):
         else:
             culler = Answer(reason=f"${CULLER_URL_ENV} is unset: no idle culler here")
         body = status_body(ws, attribution, culler, _disk(self.home), now=datetime.now(UTC))
+        jobs = None  # the jobs API is asked only while a warning offers the hand-off to a job
+        if ws.jobs_url and offers_handoff(body["culler"]):
+            jobs = await _call(f"{ws.jobs_url}/profiles", self.hub_token, "the jobs service")
+        body = with_jobs(body, jobs_view(jobs, ws.jobs_url))
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(body))
 
@@ -135,3 +141,5 @@ def setup_handlers(serverapp: Any) -> None:
         ],
     )
     serverapp.log.info("gpuworkspace: status for %s at %sstatus", workspace.label, base + "/")
+    # the profile's declared editors, for the launcher's "Open VS Code" (editors.py)
+    serverapp.web_app.settings.setdefault("page_config_data", {}).update(page_options(os.environ))

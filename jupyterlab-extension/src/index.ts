@@ -5,7 +5,9 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
-import { Status, statusText, statusTitle, warningKey, warningMessage } from './status';
+import { Action, handoffAction } from './handoff';
+import { launcherPlugin } from './launcher-plugin';
+import { Status, statusText, statusTitle, Warning, warningKey, warningMessage } from './status';
 
 const POLL_MS = 5_000;
 const AFTER_CLICK_MS = 1_000; // after "I'm still working": until the culler's next cycle withdraws the warning
@@ -26,7 +28,7 @@ export class WorkspaceStatus {
   private shown = new Map<string, string>(); // warning key -> notification id
   private settings = ServerConnection.makeSettings();
 
-  constructor() {
+  constructor(private readonly app?: JupyterFrontEnd) {
     this.widget.addClass('jp-gpuworkspace-status');
     this.widget.node.textContent = 'Workspace: …';
   }
@@ -69,7 +71,8 @@ export class WorkspaceStatus {
               event.preventDefault();
               void this.stillWorking();
             }
-          }
+          },
+          ...this.handoff(warning)
         ]
       };
       if (id === undefined) {
@@ -78,6 +81,13 @@ export class WorkspaceStatus {
         Notification.update({ id, message, type: 'warning', ...options });
       }
     }
+  }
+
+  /** "Run as a job" where the warning offers the hand-off (handoff.ts). */
+  private handoff(warning: Warning): Action[] {
+    const app = this.app;
+    const action = app ? handoffAction(warning, app.commands, () => currentPath(app)) : null;
+    return action ? [action] : [];
   }
 
   async stillWorking(): Promise<void> {
@@ -93,13 +103,20 @@ export class WorkspaceStatus {
   }
 }
 
+/** The path of the document in the main area (a notebook's, for the hand-off), if any. */
+function currentPath(app: JupyterFrontEnd): string | null {
+  const widget = app.shell.currentWidget as { context?: { path?: unknown } } | null;
+  const path = widget?.context?.path;
+  return typeof path === 'string' ? path : null;
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: '@gpuworkspace/jupyterlab-status:plugin',
   description: "This workspace's GPU, CPU, memory and home disk, and the idle culler's warnings",
   autoStart: true,
   optional: [IStatusBar],
   activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
-    const status = new WorkspaceStatus();
+    const status = new WorkspaceStatus(app);
     if (statusBar) {
       statusBar.registerStatusItem('@gpuworkspace/jupyterlab-status:item', {
         item: status.widget,
@@ -114,4 +131,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, launcherPlugin];

@@ -43,6 +43,7 @@ export interface Warning {
   last_activity: string | null;
   activity_source: string | null;
   dry_run: boolean;
+  handoff?: boolean; // the warning offers the hand-off to a job, and this user may submit one (handoff.ts)
   kept: string;
   lost: string;
 }

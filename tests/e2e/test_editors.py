@@ -106,6 +106,9 @@ def test_vm_workspace_serves_jupyterlab_and_code_server_behind_the_hub_login(sta
         (vmi,) = vm_objects(stack, user)["vmi"]
         interfaces = get_json(stack, "vmi", vmi)["spec"]["domain"]["devices"]["interfaces"]
         assert [p["port"] for i in interfaces for p in i.get("ports", [])] == [8888]
+        # the golden image declares code-server: the guest's JupyterLab offers "Open VS Code"
+        lab = fetch(f"{stack.url}/user/{user}/{server}/lab", stack.admin_token)[2]
+        assert '"gpuworkspaceEditors": "code-server,jupyterlab"' in lab, lab[:300]
         assert_both_editors_behind_the_hub_login(stack, user, server)
 
 
@@ -115,6 +118,10 @@ def test_container_code_server_through_jupyter_server_proxy(stack: HubStack) -> 
         (pod,) = get_json(stack, "pods", "-l", f"gpuworkspace.dev/user={user}")["items"]
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
         assert (env["JUPYTERHUB_DEFAULT_URL"], env["GPUWORKSPACE_IDE"]) == ("/vscode/", "code-server")
+        # the launcher's "Open VS Code": the image's declared editors, in the pod and in JupyterLab's page
+        assert env["GPUWS_EDITORS"] == "code-server,jupyterlab"  # catalog order (IDES)
+        lab = fetch(f"{stack.url}/user/{user}/{server}/lab", stack.admin_token)[2]
+        assert '"gpuworkspaceEditors": "code-server,jupyterlab"' in lab, lab[:300]
         info = fetch(f"{stack.url}/user/{user}/{server}/server-proxy/servers-info", stack.admin_token)[2]
         assert "vscode" in {s["name"] for s in json.loads(info)["server_processes"]}
         assert_both_editors_behind_the_hub_login(stack, user, server)

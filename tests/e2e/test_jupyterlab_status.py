@@ -85,6 +85,7 @@ def _check(stack: HubStack, browser: Any) -> None:
     assert settings["schema"]["properties"]["checkForUpdates"]["default"] is False
     code, page = get(stack, f"{base}/lab", alice)
     assert code == 200 and '"news": {"disabled": true}' in page
+    assert '"gpuworkspaceEditors": "jupyterlab"' in page  # a JupyterLab-only image: no "Open VS Code"
 
     # the scripted load, as the attribution service measures it, in the status bar's answer
     script(stack, pod, gpu_util=55, mem_used_mib=4096)
@@ -120,6 +121,9 @@ def _check(stack: HubStack, browser: Any) -> None:
         item = page.locator(".jp-gpuworkspace-status")
         item.filter(has_text="GPU (exclusive) 55% 4.0 GiB").wait_for()
         assert "measured" in (item.get_attribute("title") or "")
+        # jupyter-vscode-proxy is installed in the demo's servers, code-server is not declared: no VS Code
+        page.locator(".jp-LauncherCard").first.wait_for()
+        assert page.locator(".jp-LauncherCard", has_text="VS Code").count() == 0
         script(stack, pod, gpu_util=0, mem_used_mib=0)
         toast = page.locator(".Toastify__toast", has_text="Workspace stops in")
         toast.first.wait_for(timeout=90_000)
@@ -137,8 +141,32 @@ def _check(stack: HubStack, browser: Any) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.wait_for_timeout(1500)  # the toast slides in: let it finish before the picture
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-status-warning.png"))  # docs/_static, from this run
+        _offers_the_handoff(stack, alice, toast)
         page.get_by_role("button", name="I'm still working").first.click()
         toast.first.wait_for(state="detached", timeout=20_000)
         # gone because the culler withdrew it (the status has no warning), not because it was clicked
         assert status_of(stack, alice)["culler"]["warnings"] == []
         assert stack.hub.server("alice", SERVER) is not None  # still running
+        _run_as_a_job(stack, alice, page, toast)
+
+
+def _offers_the_handoff(stack: HubStack, alice: str, toast: Any) -> None:
+    """Her GPU workspace's warning offers the hand-off to a job (the culler's ``handoff``), and she may
+    submit one (researchers: train-1gpu): the notification carries "Run as a job"."""
+    body = status_of(stack, alice)
+    assert [w["handoff"] for w in body["culler"]["warnings"]] == [True], body["culler"]
+    assert body["jobs"]["available"] and "train-1gpu" in body["jobs"]["profiles"], body["jobs"]
+    code, notices = get(stack, f"{CULLER}/notices", alice)
+    assert code == 200 and [n["handoff"] for n in notices if n["server"] == SERVER] == [True], notices
+    assert toast.first.get_by_role("button", name="Run as a job").count() == 1
+
+
+def _run_as_a_job(stack: HubStack, alice: str, page: Any, toast: Any) -> None:
+    """Idle again, the next warning's "Run as a job" opens jupyter-scheduler's Notebook Jobs panel (no
+    notebook is open); the screenshot is the docs' (docs/reference/jupyterlab-extension.md)."""
+    toast.first.wait_for(timeout=120_000)
+    page.wait_for_timeout(1500)  # the toast slides in
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab-handoff-warning-demo.png"))
+    toast.first.get_by_role("button", name="Run as a job").click()
+    page.locator("#notebook-jobs-panel").wait_for(timeout=30_000)
+    assert toast.count() >= 1  # the warning stays until the culler withdraws it

@@ -191,6 +191,7 @@ class Decision:
     last_activity: datetime | None = None  # the latest activity of any kind
     activity_source: str | None = None  # which evidence that was: "hub", "kernel k1", "terminal 1", "gpu"
     cancels_warnings: bool = False  # activity since the last warning: forget the warnings given
+    handoff: bool = False  # this workspace's warnings offer the jobs hand-off (Policy.handoff applies)
     policy: Effective | None = None  # the rules applied (None: exempt, no rule was worked out)
 
     @property

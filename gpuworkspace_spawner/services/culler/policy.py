@@ -188,6 +188,8 @@ def _decide(workspace: Workspace, policy: Policy, warnings: Sequence[Warning], *
     message = _message(workspace, policy, rules, plan, last, source, now=now)
     if cancel is not None:
         message = f"warnings withdrawn ({cancel}); {message}"
+    # the warnings' hand-off, also between stages (a notice outlives its cycle); not on the stop itself
+    handoff = action is not Action.STOP and stop_at is not None and _offers_handoff(workspace, policy, reason)
     return Decision(
         workspace.user,
         workspace.server,
@@ -199,6 +201,7 @@ def _decide(workspace: Workspace, policy: Policy, warnings: Sequence[Warning], *
         last_activity=last,
         activity_source=source,
         cancels_warnings=cancel is not None,
+        handoff=handoff,
         policy=rules,
     )
 

@@ -186,6 +186,9 @@ def notices_json(state: CullerState, user: str) -> list[Json]:
                 "last_activity": iso(decision.last_activity) if decision else None,
                 "activity_source": decision.activity_source if decision else None,
                 "dry_run": state.dry_run,
+                # the warning offers the jobs hand-off (the culler's --job-handoff applies to it):
+                # JupyterLab shows a "Run as a job" action where the user may submit jobs
+                "handoff": decision.handoff if decision else False,
             }
         )
     return notices

@@ -297,6 +297,7 @@ async def test_notices_are_the_callers_own_active_warnings(base: str) -> None:
         "last_activity": "2026-01-15T12:00:00Z",
         "activity_source": "kernel k-alice",
         "dry_run": False,
+        "handoff": False,
     }
     assert [n["server"] for n in await get_json(base + "api/v1/notices", "bob")] == ["gpu"]
     assert await get_json(base + "api/v1/notices", "admin") == []  # admins' notices are their own too
@@ -307,6 +308,15 @@ async def test_notices_are_for_users_only(base: str) -> None:
     assert error["message"] == "notices are a user's own: service:monitor is not a user"
     error = await get_json(base + "api/v1/notices", "nobody", 403)
     assert "grants no access" in error["message"] and ACCESS in error["message"]
+
+
+async def test_a_notice_says_whether_it_offers_the_job_handoff() -> None:
+    """Structured, for JupyterLab's "Run as a job" action: not parsed out of the message."""
+    state = prepared_state()
+    state.decisions[BOB.key] = replace(BOB, handoff=True)
+    async for url in serve(state, FakeHubAuth()):
+        assert [n["handoff"] for n in await get_json(url + "api/v1/notices", "bob")] == [True]
+        assert [n["handoff"] for n in await get_json(url + "api/v1/notices", "alice")] == [False]
 
 
 async def test_a_withdrawn_warning_is_no_notice() -> None:

@@ -20,15 +20,19 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuworkspace_devcluster.sim.codeserver import MARKER
+from gpuworkspace_devcluster.sim.images import STANDIN_BIN
 from gpuworkspace_spawner.labextension import CONFIG_DIR, DATA_DIR
 
 pytestmark = pytest.mark.slow
+SHOTS = Path(__file__).resolve().parents[3] / ".state" / "screenshots"  # copied into docs/_static by hand
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 USER_TOKEN = "user-token-for-the-test"  # what the browser's login stands for
 SERVER_TOKEN = "server-token-for-the-test"  # $JUPYTERHUB_API_TOKEN
@@ -39,7 +43,19 @@ DETAIL = {
     "cpu": {"used": 0.5, "request": 1, "limit": 2},
     "memory": {"used": 1024, "request": 2048, "limit": 4096},
 }
-NOTICES = [{"server": "", "reason": "idle", "stage": 0, "stages": 2, "stop_at": "2099-01-01T00:00:00Z"}]
+# a max-duration stop offers the hand-off to a job (the culler's "handoff"); the jobs API lists a profile
+NOTICES = [
+    {
+        "server": "",
+        "reason": "max_duration",
+        "stage": 0,
+        "stages": 2,
+        # 25 min from now (the screenshot's countdown); re-read every poll
+        "stop_at": (datetime.now(UTC) + timedelta(minutes=25)).isoformat().replace("+00:00", "Z"),
+        "handoff": True,
+    }
+]
+PROFILES = {"items": [{"name": "train-1gpu", "displayName": "Training job, one whole GPU"}]}
 
 
 class Fakes(BaseHTTPRequestHandler):
@@ -53,6 +69,8 @@ class Fakes(BaseHTTPRequestHandler):
             reply: Any = DETAIL
         elif self.path.endswith("/notices"):
             reply = NOTICES
+        elif self.path.endswith("/gpuworkspace-jobs/api/v1/profiles"):
+            reply = PROFILES
         else:
             reply = {}
         raw = json.dumps(reply).encode()
@@ -149,6 +167,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory, fakes: str) -> Iterator[str]:
         "JUPYTERHUB_API_URL": f"{fakes}/hub/api",
         "GPUWS_ATTRIBUTION_URL": f"{fakes}/services/gpuworkspace-attribution/api/v1",
         "GPUWS_CULLER_URL": f"{fakes}/services/gpuworkspace-culler/api/v1",
+        "GPUWS_JOBS_URL": f"{fakes}/services/gpuworkspace-jobs/api/v1",
+        # an image that declares code-server (the spawner's $GPUWS_EDITORS); code-server itself is the
+        # devcluster's stand-in, which jupyter-vscode-proxy starts from PATH
+        "GPUWS_EDITORS": "jupyterlab,code-server",
+        "PATH": f"{STANDIN_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     proc, url = serve(tmp_path_factory.mktemp("lab"), env)
     yield url
@@ -178,11 +201,13 @@ def test_figures_come_from_the_services_with_the_servers_token(lab: str) -> None
     )
     (warning,) = body["culler"]["warnings"]
     assert warning["stage"] == 1 and warning["seconds_left"] > 0
+    assert warning["handoff"] is True and body["jobs"] == {"available": True, "profiles": ["train-1gpu"]}
     assert body["disk"]["available"] and body["disk"]["total_bytes"] > 0
     asked = {(m, p, a) for m, p, a, _ in Fakes.seen}
     assert asked == {
         ("GET", "/services/gpuworkspace-attribution/api/v1/workspaces/alice/~", f"token {SERVER_TOKEN}"),
         ("GET", "/services/gpuworkspace-culler/api/v1/notices", f"token {SERVER_TOKEN}"),
+        ("GET", "/services/gpuworkspace-jobs/api/v1/profiles", f"token {SERVER_TOKEN}"),
     }
 
 
@@ -246,5 +271,88 @@ def in_the_browser_with_services_down(url: str) -> None:
             assert "the GPU attribution service is unreachable" in (item.get_attribute("title") or "")
             assert page.locator(".jp-Dialog").count() == 0
             assert page.get_by_text("official Jupyter news").count() == 0
+            # no $GPUWS_EDITORS naming code-server: no VS Code in the launcher, though
+            # jupyter-vscode-proxy is installed here (its own launcher entry is turned off)
+            page.locator(".jp-LauncherCard").first.wait_for()
+            assert page.locator(".jp-LauncherCard", has_text="VS Code").count() == 0
+        finally:
+            browser.close()
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs chromium (apt-get install chromium)")
+def test_run_as_a_job_opens_the_create_job_form_for_the_open_notebook(lab: str) -> None:
+    """The max-duration warning's notification carries "Run as a job" (the culler offers the hand-off and
+    the jobs API lists a profile for the user); a click opens jupyter-scheduler's Create Job form with
+    the open notebook as its input file."""
+    from playwright.sync_api import sync_playwright
+
+    kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    notebook = {"cells": [], "metadata": {"kernelspec": kernel}, "nbformat": 4, "nbformat_minor": 5}
+    request = urllib.request.Request(
+        f"{lab}/api/contents/train.ipynb",
+        method="PUT",
+        data=json.dumps({"type": "notebook", "content": notebook}).encode(),
+        headers={"Authorization": f"token {USER_TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status in (200, 201)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(90_000)
+            page.goto(f"{lab}/lab/tree/train.ipynb?token={USER_TOKEN}")
+            page.locator(".jp-NotebookPanel").first.wait_for()
+            toast = page.locator(".Toastify__toast", has_text="max. duration")
+            toast.first.wait_for()
+            page.wait_for_timeout(1500)  # the toast slides in: let it finish before the picture
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "jupyterlab-handoff-warning.png"))
+            toast.get_by_role("button", name="Run as a job").first.click()
+            form = page.locator(".jp-notebook-job-panel, #notebook-jobs-panel").first
+            form.wait_for()
+            page.get_by_text("Create Job").first.wait_for()
+            inputs = page.locator("input")
+            values = [inputs.nth(i).input_value() for i in range(inputs.count())]
+            assert "train.ipynb" in values, values  # the open notebook is the job's input file
+            assert toast.count() >= 1  # the warning stays: the stop is still due
+        finally:
+            browser.close()
+
+
+def test_open_vs_code_in_the_launcher_where_the_image_declares_code_server(lab: str) -> None:
+    """The page gets the declared editors; jupyter-server-proxy's own launcher entries are off (its
+    "VS Code" shows wherever jupyter-vscode-proxy is installed); ours opens code-server (the stand-in)."""
+    status, html = call(lab, "/lab")
+    assert status == 200
+    config = json.loads(
+        html.split('id="jupyter-config-data" type="application/json">', 1)[1].split("</script>")[0]
+    )
+    assert config["gpuworkspaceEditors"] == "jupyterlab,code-server"
+    assert "@jupyterhub/jupyter-server-proxy:add-launcher-entries" in config["disabledExtensions"]
+    if not Path(CHROMIUM).exists():
+        return
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            page = context.new_page()
+            page.set_default_timeout(90_000)
+            page.goto(f"{lab}/lab?reset&token={USER_TOKEN}")  # reset: the launcher, not an earlier notebook
+            page.locator(".jp-LauncherCard").first.wait_for()
+            cards = page.locator(".jp-LauncherCard", has_text="VS Code")
+            assert cards.all_inner_texts() == ["Open VS Code"]  # ours, once; not the server proxy's
+            with context.expect_page() as opened:
+                cards.first.click()
+            vscode = opened.value
+            vscode.wait_for_load_state()
+            assert vscode.url.endswith("/vscode/"), vscode.url
+            vscode.get_by_text(MARKER).first.wait_for()
         finally:
             browser.close()

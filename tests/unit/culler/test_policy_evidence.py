@@ -264,6 +264,7 @@ def test_warnings_offer_the_job_handoff_where_a_run_may_be_long(
     told = decide(ws, replace(policy, handoff=HANDOFF), given, now=NOW)
     assert told.action == plain.action
     assert told.message == (f"{plain.message}. {HANDOFF}" if offered else plain.message)
+    assert (told.handoff, plain.handoff) == (offered, False)  # the notices' structured "handoff"
     if offered:
         assert told.action is Action.WARN and "warning 1 of 2" in told.message
 
