@@ -39,24 +39,31 @@ DETAIL = {
     "cpu": {"used": 0.5, "request": 1, "limit": 2},
     "memory": {"used": 1024, "request": 2048, "limit": 4096},
 }
+HISTORY = {"basis": "measured", "series": {"gpu_util_percent": [[1.0, 20.0], [61.0, 55.0]]}}
 NOTICES = [{"server": "", "reason": "idle", "stage": 0, "stages": 2, "stop_at": "2099-01-01T00:00:00Z"}]
 
 
 class Fakes(BaseHTTPRequestHandler):
     seen: list[tuple[str, str, str, str]] = []  # noqa: RUF012 -- (method, path, authorization, body)
+    refuse_history = False  # answer the last hour with the service's 403
 
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length).decode() if length else ""
         Fakes.seen.append((self.command, self.path, self.headers.get("Authorization", ""), body))
+        code = 200
         if self.path.endswith("/workspaces/alice/~"):
             reply: Any = DETAIL
+        elif self.path.endswith("/workspaces/alice/~/history"):
+            reply = HISTORY
+            if Fakes.refuse_history:
+                code, reply = 403, {"status": 403, "message": "bob may not see the workspaces of alice"}
         elif self.path.endswith("/notices"):
             reply = NOTICES
         else:
             reply = {}
         raw = json.dumps(reply).encode()
-        self.send_response(200)
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
@@ -200,6 +207,33 @@ def test_polling_is_not_activity_and_still_working_is(lab: str) -> None:
     assert json.loads(sent)["servers"] == {"": {"last_activity": recorded["recorded_at"]}}
 
 
+def test_the_panels_last_hour_from_the_attribution_service(lab: str) -> None:
+    before = call(lab, "/api/status?no_track_activity=1")[1]["last_activity"]
+    Fakes.seen.clear()
+    status, body = call(lab, "/gpuworkspace/api/history")
+    assert status == 200, body
+    assert body["usage"]["series"]["gpu_util_percent"] == [[1.0, 20.0], [61.0, 55.0]]
+    assert body["usage"]["basis"] == "measured" and body["disk"]["available"]
+    assert body["dashboard_url"] == "/services/gpuworkspace-attribution/"
+    ((method, path, auth, _),) = Fakes.seen
+    assert (method, path, auth) == (
+        "GET",
+        "/services/gpuworkspace-attribution/api/v1/workspaces/alice/~/history",
+        f"token {SERVER_TOKEN}",
+    )
+    assert call(lab, "/api/status?no_track_activity=1")[1]["last_activity"] == before  # not activity
+    Fakes.refuse_history = True
+    try:
+        status, body = call(lab, "/gpuworkspace/api/history")
+    finally:
+        Fakes.refuse_history = False
+    assert status == 200, body
+    assert body["usage"] == {
+        "available": False,
+        "reason": "the GPU attribution service answered 403: bob may not see the workspaces of alice",
+    }
+
+
 def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     env = {
@@ -214,6 +248,8 @@ def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
         assert status == 200, body
         for part in ("resources", "culler"):
             assert body[part]["available"] is False and "unreachable" in body[part]["reason"], body
+        status, history = call(url, "/gpuworkspace/api/history")
+        assert status == 200 and "unreachable" in history["usage"]["reason"], history
         if Path(CHROMIUM).exists():  # the page, as a user sees it (chromium: apt-get install chromium)
             in_the_browser_with_services_down(url)
         status, recorded = call(url, "/gpuworkspace/api/activity", "POST")
