@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,13 @@ DETAIL = {
     "cpu": {"used": 0.5, "request": 1, "limit": 2},
     "memory": {"used": 1024, "request": 2048, "limit": 4096},
 }
-HISTORY = {"basis": "measured", "series": {"gpu_util_percent": [[1.0, 20.0], [61.0, 55.0]]}}
+HISTORY = {
+    "at": 61.0,
+    "window_s": 3600,
+    "basis": "measured",
+    "gpu_mode": "exclusive",
+    "series": {"gpu_util_percent": [[1.0, 20.0], [61.0, 55.0]]},
+}
 NOTICES = [{"server": "", "reason": "idle", "stage": 0, "stages": 2, "stop_at": "2099-01-01T00:00:00Z"}]
 
 
@@ -222,6 +229,8 @@ def test_the_panels_last_hour_from_the_attribution_service(lab: str) -> None:
         f"token {SERVER_TOKEN}",
     )
     assert call(lab, "/api/status?no_track_activity=1")[1]["last_activity"] == before  # not activity
+    if Path(CHROMIUM).exists():
+        in_the_browser_the_panel(lab)
     Fakes.refuse_history = True
     try:
         status, body = call(lab, "/gpuworkspace/api/history")
@@ -264,9 +273,9 @@ def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
         proc.wait(30)
 
 
-def in_the_browser_with_services_down(url: str) -> None:
-    """JupyterLab loads with the front end: the status item says "unavailable" and why, no error dialog,
-    and no question about Jupyter news."""
+@contextmanager
+def lab_page(url: str) -> Iterator[Any]:
+    """JupyterLab in headless Chromium, logged in with the user's token."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -277,10 +286,39 @@ def in_the_browser_with_services_down(url: str) -> None:
             page = browser.new_page()
             page.set_default_timeout(90_000)
             page.goto(f"{url}/lab?token={USER_TOKEN}")
-            item = page.locator(".jp-gpuworkspace-status")
-            item.filter(has_text="GPU/CPU: unavailable").wait_for()
-            assert "the GPU attribution service is unreachable" in (item.get_attribute("title") or "")
-            assert page.locator(".jp-Dialog").count() == 0
-            assert page.get_by_text("official Jupyter news").count() == 0
+            yield page
         finally:
             browser.close()
+
+
+def in_the_browser_with_services_down(url: str) -> None:
+    """JupyterLab loads with the front end: the status item says "unavailable" and why, no error dialog,
+    and no question about Jupyter news."""
+    with lab_page(url) as page:
+        item = page.locator(".jp-gpuworkspace-status")
+        item.filter(has_text="GPU/CPU: unavailable").wait_for()
+        assert "the GPU attribution service is unreachable" in (item.get_attribute("title") or "")
+        assert page.locator(".jp-Dialog").count() == 0
+        assert page.get_by_text("official Jupyter news").count() == 0
+        item.click()  # the usage panel opens, and says why it has no plots
+        panel = page.locator(".jp-gpuworkspace-usage")
+        panel.filter(has_text="Usage unavailable: the GPU attribution service is unreachable").wait_for()
+        assert panel.locator("svg").count() == 0 and page.locator(".jp-Dialog").count() == 0
+
+
+def in_the_browser_the_panel(url: str) -> None:
+    """A click on the status item opens the panel: four plots, the GPU's newest value and basis, the
+    home disk and the dashboard's link (a new tab); the command palette has "Workspace: show usage"."""
+    with lab_page(url) as page:
+        page.locator(".jp-gpuworkspace-status").filter(has_text="GPU (exclusive) 55%").click()
+        panel = page.locator(".jp-gpuworkspace-usage")
+        panel.filter(has_text="GPU utilisation: 55%").wait_for()
+        assert panel.locator("svg.jp-gpuworkspace-plot").count() == 4
+        assert panel.locator("[data-series=gpu_util_percent] path.jp-gpuworkspace-line").count() == 1
+        assert "measured on the device" in panel.inner_text()
+        assert "Home disk:" in panel.inner_text()
+        link = panel.get_by_role("link", name="Open the full GPU dashboard")
+        assert link.get_attribute("href") == "/services/gpuworkspace-attribution/"
+        assert link.get_attribute("target") == "_blank"
+        page.keyboard.press("Control+Shift+C")
+        page.get_by_text("Workspace: show usage").first.wait_for()
