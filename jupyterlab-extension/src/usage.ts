@@ -105,6 +105,15 @@ export interface Frame {
 
 export const FRAME: Frame = { width: 340, height: 120, left: 52, bottom: 18, top: 8, right: 10 };
 
+/** Where a point lies in the plot (values clamped to 0..`yMax`). */
+export function toXY(point: Point, start: number, end: number, yMax: number, frame: Frame = FRAME): Point {
+  const w = frame.width - frame.left - frame.right;
+  const h = frame.height - frame.top - frame.bottom;
+  const top = yMax > 0 ? yMax : 1;
+  const x = frame.left + ((point[0] - start) / Math.max(1e-9, end - start)) * w;
+  return [x, frame.top + h - (Math.min(Math.max(point[1], 0), top) / top) * h];
+}
+
 /**
  * The SVG path of `points` between `start` and `end` (seconds) and 0..`yMax`: one "M" per stretch
  * of points; a gap of more than `gapS` (the service missed cycles, the workspace was stopped) is not
@@ -118,18 +127,13 @@ export function linePath(
   frame: Frame = FRAME,
   gapS = 180
 ): string {
-  const w = frame.width - frame.left - frame.right;
-  const h = frame.height - frame.top - frame.bottom;
-  const span = Math.max(1e-9, end - start);
-  const top = yMax > 0 ? yMax : 1;
   const parts: string[] = [];
   let previous: number | null = null;
   for (const [t, v] of points) {
     if (t < start || t > end) {
       continue;
     }
-    const x = frame.left + ((t - start) / span) * w;
-    const y = frame.top + h - (Math.min(Math.max(v, 0), top) / top) * h;
+    const [x, y] = toXY([t, v], start, end, yMax, frame);
     const move = previous === null || t - previous > gapS;
     parts.push(`${move ? 'M' : 'L'}${x.toFixed(1)},${y.toFixed(1)}`);
     previous = t;
@@ -169,6 +173,8 @@ export function plotSvg(spec: PlotSpec, usage: Usage, now: number, frame: Frame 
   const label = (x: number, y: number, text: string, anchor: string): string =>
     `<text x="${x}" y="${y}" text-anchor="${anchor}" font-size="10" fill="currentColor">${escapeXml(text)}</text>`;
   const path = linePath(points, start, now, yMax, frame);
+  const last = points.length > 0 ? points[points.length - 1] : null;
+  const dot = last !== null && last[0] >= start && last[0] <= now ? toXY(last, start, now, yMax, frame) : null;
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" class="jp-gpuworkspace-plot" data-series="${escapeXml(spec.name)}"`,
     ` width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img"`,
@@ -180,6 +186,7 @@ export function plotSvg(spec: PlotSpec, usage: Usage, now: number, frame: Frame 
     label((x0 + x1) / 2, height - 4, `-${Math.round(minutes / 2)} min`, 'middle'),
     label(x1, height - 4, 'now', 'end'),
     path ? `<path class="jp-gpuworkspace-line" d="${path}" fill="none" stroke="#1a73e8" stroke-width="1.5"/>` : '',
+    dot ? `<circle class="jp-gpuworkspace-now" cx="${dot[0].toFixed(1)}" cy="${dot[1].toFixed(1)}" r="2.5" fill="#1a73e8"/>` : '',
     path ? '' : label((x0 + x1) / 2, (top + y0) / 2, 'no data in this window', 'middle'),
     '</svg>'
   ].join('');

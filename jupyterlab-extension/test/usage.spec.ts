@@ -97,6 +97,13 @@ describe('axes', () => {
     expect(svg).toContain('aria-label="GPU utilisation: 55%, last 60 minutes"');
     expect(svg).toContain('class="jp-gpuworkspace-line"');
     expect(plotSvg(CPU, USAGE, AT)).toContain('no data in this window');
+    expect(plotSvg(CPU, USAGE, AT)).not.toContain('<circle');
+  });
+
+  it('marks the newest value with a dot, also when it is the only point', () => {
+    const frame = { ...FRAME };
+    const single: Usage = { ...USAGE, series: { gpu_util_percent: [[AT, 40]] } };
+    expect(plotSvg(GPU_UTIL, single, AT, frame)).toContain('<circle class="jp-gpuworkspace-now" cx="110.0" cy="30.0"');
   });
 });
 
