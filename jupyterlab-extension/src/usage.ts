@@ -161,6 +161,8 @@ export function plotSvg(spec: PlotSpec, usage: Usage, now: number, frame: Frame 
   const points = usage.series[spec.name] ?? [];
   const window = usage.window_s ?? WINDOW_S;
   const start = now - window;
+  // the service rounds times to ms: its newest point may lie a hair after its `at`
+  now = Math.max(now, current(points) === null ? now : points[points.length - 1][0]);
   const yMax = spec.yMax(
     usage,
     points.filter(([t]) => t >= start).map(([, v]) => v)

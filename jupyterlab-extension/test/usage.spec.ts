@@ -104,6 +104,9 @@ describe('axes', () => {
     const frame = { ...FRAME };
     const single: Usage = { ...USAGE, series: { gpu_util_percent: [[AT, 40]] } };
     expect(plotSvg(GPU_UTIL, single, AT, frame)).toContain('<circle class="jp-gpuworkspace-now" cx="110.0" cy="30.0"');
+    // the service rounds its points' times: the newest may be a hair after its `at`
+    const rounded: Usage = { ...USAGE, series: { gpu_util_percent: [[AT + 0.0004, 40]] } };
+    expect(plotSvg(GPU_UTIL, rounded, AT, frame)).toContain('<circle class="jp-gpuworkspace-now" cx="110.0" cy="30.0"');
   });
 });
 
