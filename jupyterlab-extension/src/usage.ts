@@ -59,8 +59,13 @@ export function niceCeil(value: number): number {
   return 10 * power;
 }
 
-function fromData(values: number[]): number {
-  return niceCeil(Math.max(0, ...values) * 1.1);
+function fromData(values: number[], unit = 1): number {
+  return niceCeil((Math.max(0, ...values) * 1.1) / unit) * unit;
+}
+
+/** The top of a MiB or byte axis: a round number of GiB from 1 GiB up, else a round number of `unit`s. */
+function fromDataBinary(values: number[], gib: number): number {
+  return Math.max(0, ...values) * 1.1 > gib ? fromData(values, gib) : fromData(values);
 }
 
 export function formatBytes(bytes: number): string {
@@ -78,7 +83,7 @@ export const PLOTS: PlotSpec[] = [
     name: 'gpu_mem_used_mib',
     title: 'GPU memory',
     format: v => formatBytes(v * MIB),
-    yMax: (_, values) => fromData(values)
+    yMax: (_, values) => fromDataBinary(values, 1024)
   },
   {
     name: 'cpu_cores',
@@ -90,7 +95,7 @@ export const PLOTS: PlotSpec[] = [
     name: 'memory_bytes',
     title: 'Memory',
     format: v => formatBytes(v),
-    yMax: (usage, values) => Math.max(usage.limits.memory_bytes ?? 0, fromData(values))
+    yMax: (usage, values) => Math.max(usage.limits.memory_bytes ?? 0, fromDataBinary(values, GIB))
   }
 ];
 
@@ -103,7 +108,7 @@ export interface Frame {
   right: number;
 }
 
-export const FRAME: Frame = { width: 340, height: 120, left: 52, bottom: 18, top: 8, right: 10 };
+export const FRAME: Frame = { width: 360, height: 120, left: 66, bottom: 18, top: 8, right: 10 };
 
 /** Where a point lies in the plot (values clamped to 0..`yMax`). */
 export function toXY(point: Point, start: number, end: number, yMax: number, frame: Frame = FRAME): Point {
@@ -240,7 +245,8 @@ export function panelHtml(history: History | null, nowS: number): string {
     // a path on this hub only (never another site's address)
     parts.push(
       `<p><a class="jp-gpuworkspace-dashboard" href="${escapeXml(history.dashboard_url)}" target="_blank"`,
-      ` rel="noopener noreferrer">Open the full GPU dashboard</a></p>`
+      ` rel="noopener noreferrer" style="color:var(--jp-content-link-color);text-decoration:underline">`,
+      'Open the full GPU dashboard</a></p>'
     );
   }
   return parts.join('');

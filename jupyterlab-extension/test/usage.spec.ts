@@ -86,7 +86,11 @@ describe('axes', () => {
     expect(CPU.yMax(USAGE, [0.5])).toBe(4);
     expect(CPU.yMax(USAGE, [7])).toBe(10); // over the limit (a burst): the line stays in the plot
     expect(MEMORY.yMax(USAGE, [1])).toBe(16 * 1024 ** 3);
-    expect(GPU_MEM.yMax(USAGE, [4096])).toBe(5000);
+    expect(GPU_MEM.yMax(USAGE, [6144])).toBe(10 * 1024); // 10 GiB, not 10,000 MiB
+    expect(GPU_MEM.yMax(USAGE, [300])).toBe(500);
+    expect(MEMORY.yMax({ ...USAGE, limits: { cpu_cores: null, memory_bytes: null } }, [3 * 1024 ** 3])).toBe(
+      5 * 1024 ** 3
+    );
   });
 
   it('labels the axes and reads the current value', () => {
@@ -140,6 +144,7 @@ describe('panelHtml', () => {
     expect(html).toContain('measured per process');
     expect(html).toContain('Home disk: 3.0 GiB');
     expect(html).toContain('href="/services/gpuworkspace-attribution/" target="_blank" rel="noopener noreferrer"');
+    expect(html).toContain('>Open the full GPU dashboard</a>');
   });
 
   it('says "unavailable" with the reason when the service is down, and still the disk', () => {
