@@ -1,9 +1,9 @@
 """The usage panel in alice's real JupyterLab, end to end (issue 18: "a click opens a panel with the
 last hour's figures").
 
-alice's whole-GPU workspace (``e2e-cull-gpu``, kept busy by the devcluster's scripted GPU load): a
-click on her status-bar item opens the panel; its GPU utilisation plot ends at the scripted value (within the attribution service's
-cycles), with the basis, the home disk and the dashboard's link. The endpoint the panel reads
+alice's whole-GPU workspace (``e2e-cull-gpu``, kept busy by the devcluster's scripted GPU load of
+20, 45 and then 70 %): a click on her status-bar item opens the panel; its GPU utilisation plot ends
+at the scripted value (within the attribution service's cycles), with the basis, the home disk and the dashboard's link. The endpoint the panel reads
 (``gpuworkspace/api/history``) asks the attribution service's ``workspaces/<user>/<server>/history``
 with the server's own token, which gets 403 for bob's workspace. The screenshot in
 docs/reference/jupyterlab-extension.md comes from this run (``.artifacts/jupyterlab-usage-panel.png``).
@@ -35,20 +35,24 @@ def test_a_click_on_the_status_item_opens_the_last_hour(stack: HubStack, browser
         _check(stack, browser)
 
 
-def _last_util(stack: HubStack, token: str) -> float | None:
+def _gpu_util(stack: HubStack, token: str) -> list[float]:
+    """The values of the panel's GPU utilisation series (one point per 30 s step, the newest last)."""
     code, body = get(stack, f"/user/alice/{SERVER}/gpuworkspace/api/history", token)
     assert code == 200, body
-    points = body["usage"]["series"]["gpu_util_percent"] if body["usage"]["available"] else []
-    return points[-1][1] if points else None
+    return [v for _, v in body["usage"]["series"]["gpu_util_percent"]] if body["usage"]["available"] else []
 
 
 def _check(stack: HubStack, browser: Any) -> None:
     alice = user_token(stack, "alice")
     pod = pod_of(stack, "alice", SERVER)
-    script(stack, pod, gpu_util=20, mem_used_mib=2048)
-    until(lambda: _last_util(stack, alice) == 20, "the last hour to show the scripted 20 % GPU")
-    script(stack, pod, gpu_util=70, mem_used_mib=6144)
-    until(lambda: _last_util(stack, alice) == 70, "the last hour to end at the scripted 70 % GPU")
+    # three steps of the scripted load, one per step of the series: the plot has a line, not a dot
+    for n, (util, mem) in enumerate(((20, 2048), (45, 4096), (70, 6144)), start=1):
+        script(stack, pod, gpu_util=util, mem_used_mib=mem)
+        until(
+            lambda util=util, n=n: (v := _gpu_util(stack, alice)) and v[-1] == util and len(v) >= n,
+            f"the last hour to end at the scripted {util} % GPU, in its step {n}",
+            timeout_s=90,
+        )
 
     # the server's own token: her series, never bob's
     token = server_token(stack, pod)
@@ -67,6 +71,7 @@ def _check(stack: HubStack, browser: Any) -> None:
         plot = panel.locator('svg[data-series="gpu_util_percent"]')
         assert plot.get_attribute("aria-label") == "GPU utilisation: 70%, last 60 minutes"
         assert plot.locator("circle.jp-gpuworkspace-now").count() == 1
+        assert (plot.locator("path.jp-gpuworkspace-line").get_attribute("d") or "").count("L") >= 2
         text = panel.inner_text()
         assert "GPU memory: 6.0 GiB" in text and "measured on the device" in text, text
         assert "Home disk:" in text and "CPU:" in text and "Memory:" in text, text
