@@ -31,6 +31,7 @@ from .figures import (
     workspace_from_env,
 )
 from .handoff import jobs_view, offers_handoff, with_jobs
+from .usage import history_body, history_path
 
 TIMEOUT_S = 5.0  # per service call: the status bar polls; a slow service is "unavailable", not a hang
 
@@ -76,6 +77,13 @@ class _Base(APIHandler):
     def initialize(self, workspace: Workspace, token: str, home: str) -> None:
         self.workspace, self.hub_token, self.home = workspace, token, home
 
+    async def attribution(self, path: str) -> Answer:
+        """The attribution service's answer for ``path`` (relative to its api/v1), with the server's token."""
+        if not self.workspace.attribution_url:
+            return Answer(reason=f"${ATTRIBUTION_URL_ENV} is unset: no attribution service here")
+        url = f"{self.workspace.attribution_url}/{path}"
+        return await _call(url, self.hub_token, "the GPU attribution service")
+
 
 class StatusHandler(_Base):
     """``GET gpuworkspace/api/status``: polled by the status bar; not the user's activity."""
@@ -85,11 +93,7 @@ class StatusHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
         ws = self.workspace
-        if ws.attribution_url:
-            url = f"{ws.attribution_url}/{ws.attribution_path()}"
-            attribution = await _call(url, self.hub_token, "the GPU attribution service")
-        else:
-            attribution = Answer(reason=f"${ATTRIBUTION_URL_ENV} is unset: no attribution service here")
+        attribution = await self.attribution(ws.attribution_path())
         if ws.culler_url:
             culler = await _call(f"{ws.culler_url}/notices", self.hub_token, "the idle culler")
         else:
@@ -126,6 +130,19 @@ class ActivityHandler(_Base):
         )
 
 
+class HistoryHandler(_Base):
+    """``GET gpuworkspace/api/history``: the usage panel's last hour; polled while it is open, not activity."""
+
+    _track_activity = False
+
+    @web.authenticated
+    async def get(self) -> None:
+        ws = self.workspace
+        attribution = await self.attribution(history_path(ws))
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(history_body(ws, attribution, _disk(self.home))))
+
+
 def setup_handlers(serverapp: Any) -> None:
     """Add the routes to the server (called by jupyter_server when it loads the extension)."""
     workspace = workspace_from_env(os.environ)
@@ -138,6 +155,7 @@ def setup_handlers(serverapp: Any) -> None:
         [
             (url_path_join(base, "status"), StatusHandler, args),
             (url_path_join(base, "activity"), ActivityHandler, args),
+            (url_path_join(base, "history"), HistoryHandler, args),
         ],
     )
     serverapp.log.info("gpuworkspace: status for %s at %sstatus", workspace.label, base + "/")

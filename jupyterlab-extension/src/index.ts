@@ -1,5 +1,5 @@
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { Notification } from '@jupyterlab/apputils';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -7,6 +7,7 @@ import { Widget } from '@lumino/widgets';
 
 import { Action, handoffAction } from './handoff';
 import { launcherPlugin } from './launcher-plugin';
+import { addUsagePanel } from './panel';
 import { Status, statusText, statusTitle, Warning, warningKey, warningMessage } from './status';
 
 const POLL_MS = 5_000;
@@ -114,9 +115,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: '@gpuworkspace/jupyterlab-status:plugin',
   description: "This workspace's GPU, CPU, memory and home disk, and the idle culler's warnings",
   autoStart: true,
-  optional: [IStatusBar],
-  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
+  optional: [IStatusBar, ICommandPalette],
+  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null, palette: ICommandPalette | null) => {
     const status = new WorkspaceStatus(app);
+    addUsagePanel(app, palette, status.widget); // a click on the item, or the palette, opens the last hour
     if (statusBar) {
       statusBar.registerStatusItem('@gpuworkspace/jupyterlab-status:item', {
         item: status.widget,

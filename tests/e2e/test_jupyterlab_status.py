@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,15 +64,22 @@ def server_token(stack: HubStack, pod: dict[str, Any]) -> str:
     return str(env["JUPYTERHUB_API_TOKEN"])
 
 
-def test_status_bar_figures_warnings_and_still_working(stack: HubStack, browser: Any) -> None:
-    start(stack, "alice", SERVER, {"profile": "e2e-cull-gpu"})
+@contextmanager
+def alices_workspace(stack: HubStack, server: str, profile: str) -> Iterator[None]:
+    """alice's server ``server`` running ``profile``; afterwards its scripted load is gone and it is stopped."""
+    start(stack, "alice", server, {"profile": profile})
     try:
-        _check(stack, browser)
+        yield
     finally:
         stack.devcluster.control(
-            WORKLOAD, {"namespace": NS, "pod": f"jupyter-alice--{SERVER}"}, method="DELETE"
+            WORKLOAD, {"namespace": NS, "pod": f"jupyter-alice--{server}"}, method="DELETE"
         )
-        stack.hub.stop_server("alice", SERVER)
+        stack.hub.stop_server("alice", server)
+
+
+def test_status_bar_figures_warnings_and_still_working(stack: HubStack, browser: Any) -> None:
+    with alices_workspace(stack, SERVER, "e2e-cull-gpu"):
+        _check(stack, browser)
 
 
 def _check(stack: HubStack, browser: Any) -> None:

@@ -40,6 +40,7 @@ from .handlers import (
     TopHandler,
     TrendsHandler,
     WorkspaceHandler,
+    WorkspaceHistoryHandler,
     WorkspacesHandler,
 )
 from .history import History
@@ -64,6 +65,7 @@ def make_app(state: State) -> web.Application:
         (url_path_join(api, "workspaces"), WorkspacesHandler, common),
         (url_path_join(api, "jobs"), JobsHandler, common),
         (url_path_join(api, r"workspaces/([^/]+)/([^/]+)"), WorkspaceHandler, common),
+        (url_path_join(api, r"workspaces/([^/]+)/([^/]+)/history"), WorkspaceHistoryHandler, common),
         (url_path_join(api, "top"), TopHandler, common),
         (url_path_join(api, "groups"), GroupsHandler, common),
         (url_path_join(api, "trends"), TrendsHandler, common),

@@ -36,6 +36,7 @@ from .aggregate import AccountEntry, Accounting, group_totals, top_consumers
 from .availability import Need, NodeCapacity, availability_json, decide_availability, node_capacities
 from .history import History, series_of
 from .model import Observation, WorkspaceFigures
+from .recent import RecentUsage
 from .rules import Attribution, attribute
 from .sources import Source
 
@@ -201,6 +202,7 @@ class Collector:
     ) -> None:
         self.source, self.interval_s, self.idle_util_percent = source, interval_s, idle_util_percent
         self.history = history or History()
+        self.recent = RecentUsage()  # each workspace's last hour (its JupyterLab panel)
         self.accounting = accounting or Accounting()
         self.groups = groups
         self.snapshot: Snapshot | None = None
@@ -250,6 +252,7 @@ class Collector:
         self.accounting.advance(result.workspaces, now=now, dt=dt)
         accounts, accounting = self._accounts(result.workspaces)
         series = series_of(result.cells, result.workspaces)
+        self.recent.record(now, result.workspaces)
         return _render(now, obs, result, groups_of_user, accounts, accounting), series
 
     def _count(self, obs: Observation, duration: float, cpu: float, now: float) -> None:

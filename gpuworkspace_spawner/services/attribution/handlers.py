@@ -32,6 +32,7 @@ from .aggregate import RANKINGS
 from .availability import parse_need
 from .collector import Collector, Snapshot
 from .metrics import AttributionMetrics
+from .recent import recent_json
 from .sources import PrometheusQueries
 from .views import server_from_path, top_json
 
@@ -316,6 +317,25 @@ class DashboardHandler(Base):
         name = "fragment.html" if self.get_argument("fragment", "") else "page.html"
         self.set_header("Cache-Control", "no-store")
         self.finish(dashboard.render(self.state.templates, name, ctx))
+
+
+class WorkspaceHistoryHandler(ApiHandler):
+    """``workspaces/<user>/<server>/history?window=1h``: one workspace's own last hour (its JupyterLab
+    panel); the same access as its detail: that user (or their server's token) and admins."""
+
+    def get(self, user: str, server: str) -> None:
+        snap = self.snapshot()
+        if not self.may_read_user(user):
+            raise ServiceError(403, f"{who(self.caller)} may not see the workspaces of {user}")
+        recent = self.state.collector.recent
+        window = min(parse_window(self.get_argument("window", "1h")), recent.window_s)
+        found = recent.get(user, server_from_path(server))
+        if found is None:
+            name = server_from_path(server) or "(default server)"
+            raise ServiceError(404, f"no figures of a workspace {user}/{name} in the last hour")
+        body = recent_json(found, since=snap.at - window)
+        body.update({"user": user, "server": server_from_path(server), "window_s": window, "at": snap.at})
+        self.reply(body)
 
 
 class State:

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -56,17 +57,30 @@ NOTICES = [
     }
 ]
 PROFILES = {"items": [{"name": "train-1gpu", "displayName": "Training job, one whole GPU"}]}
+HISTORY = {
+    "at": 61.0,
+    "window_s": 3600,
+    "basis": "measured",
+    "gpu_mode": "exclusive",
+    "series": {"gpu_util_percent": [[1.0, 20.0], [61.0, 55.0]]},
+}
 
 
 class Fakes(BaseHTTPRequestHandler):
     seen: list[tuple[str, str, str, str]] = []  # noqa: RUF012 -- (method, path, authorization, body)
+    refuse_history = False  # answer the last hour with the service's 403
 
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length).decode() if length else ""
         Fakes.seen.append((self.command, self.path, self.headers.get("Authorization", ""), body))
+        code = 200
         if self.path.endswith("/workspaces/alice/~"):
             reply: Any = DETAIL
+        elif self.path.endswith("/workspaces/alice/~/history"):
+            reply = HISTORY
+            if Fakes.refuse_history:
+                code, reply = 403, {"status": 403, "message": "bob may not see the workspaces of alice"}
         elif self.path.endswith("/notices"):
             reply = NOTICES
         elif self.path.endswith("/gpuworkspace-jobs/api/v1/profiles"):
@@ -74,7 +88,7 @@ class Fakes(BaseHTTPRequestHandler):
         else:
             reply = {}
         raw = json.dumps(reply).encode()
-        self.send_response(200)
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
@@ -225,6 +239,35 @@ def test_polling_is_not_activity_and_still_working_is(lab: str) -> None:
     assert json.loads(sent)["servers"] == {"": {"last_activity": recorded["recorded_at"]}}
 
 
+def test_the_panels_last_hour_from_the_attribution_service(lab: str) -> None:
+    before = call(lab, "/api/status?no_track_activity=1")[1]["last_activity"]
+    Fakes.seen.clear()
+    status, body = call(lab, "/gpuworkspace/api/history")
+    assert status == 200, body
+    assert body["usage"]["series"]["gpu_util_percent"] == [[1.0, 20.0], [61.0, 55.0]]
+    assert body["usage"]["basis"] == "measured" and body["disk"]["available"]
+    assert body["dashboard_url"] == "/services/gpuworkspace-attribution/"
+    ((method, path, auth, _),) = Fakes.seen
+    assert (method, path, auth) == (
+        "GET",
+        "/services/gpuworkspace-attribution/api/v1/workspaces/alice/~/history",
+        f"token {SERVER_TOKEN}",
+    )
+    assert call(lab, "/api/status?no_track_activity=1")[1]["last_activity"] == before  # not activity
+    if Path(CHROMIUM).exists():
+        in_the_browser_the_panel(lab)
+    Fakes.refuse_history = True
+    try:
+        status, body = call(lab, "/gpuworkspace/api/history")
+    finally:
+        Fakes.refuse_history = False
+    assert status == 200, body
+    assert body["usage"] == {
+        "available": False,
+        "reason": "the GPU attribution service answered 403: bob may not see the workspaces of alice",
+    }
+
+
 def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     env = {
@@ -239,6 +282,8 @@ def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
         assert status == 200, body
         for part in ("resources", "culler"):
             assert body[part]["available"] is False and "unreachable" in body[part]["reason"], body
+        status, history = call(url, "/gpuworkspace/api/history")
+        assert status == 200 and "unreachable" in history["usage"]["reason"], history
         if Path(CHROMIUM).exists():  # the page, as a user sees it (chromium: apt-get install chromium)
             in_the_browser_with_services_down(url)
         status, recorded = call(url, "/gpuworkspace/api/activity", "POST")
@@ -253,9 +298,9 @@ def test_services_down_is_unavailable_not_an_error(tmp_path: Path) -> None:
         proc.wait(30)
 
 
-def in_the_browser_with_services_down(url: str) -> None:
-    """JupyterLab loads with the front end: the status item says "unavailable" and why, no error dialog,
-    and no question about Jupyter news."""
+@contextmanager
+def lab_page(url: str) -> Iterator[Any]:
+    """JupyterLab in headless Chromium, logged in with the user's token."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -266,15 +311,7 @@ def in_the_browser_with_services_down(url: str) -> None:
             page = browser.new_page()
             page.set_default_timeout(90_000)
             page.goto(f"{url}/lab?token={USER_TOKEN}")
-            item = page.locator(".jp-gpuworkspace-status")
-            item.filter(has_text="GPU/CPU: unavailable").wait_for()
-            assert "the GPU attribution service is unreachable" in (item.get_attribute("title") or "")
-            assert page.locator(".jp-Dialog").count() == 0
-            assert page.get_by_text("official Jupyter news").count() == 0
-            # no $GPUWS_EDITORS naming code-server: no VS Code in the launcher, though
-            # jupyter-vscode-proxy is installed here (its own launcher entry is turned off)
-            page.locator(".jp-LauncherCard").first.wait_for()
-            assert page.locator(".jp-LauncherCard", has_text="VS Code").count() == 0
+            yield page
         finally:
             browser.close()
 
@@ -356,3 +393,40 @@ def test_open_vs_code_in_the_launcher_where_the_image_declares_code_server(lab: 
             vscode.get_by_text(MARKER).first.wait_for()
         finally:
             browser.close()
+
+
+def in_the_browser_with_services_down(url: str) -> None:
+    """JupyterLab loads with the front end: the status item says "unavailable" and why, no error dialog,
+    and no question about Jupyter news."""
+    with lab_page(url) as page:
+        item = page.locator(".jp-gpuworkspace-status")
+        item.filter(has_text="GPU/CPU: unavailable").wait_for()
+        assert "the GPU attribution service is unreachable" in (item.get_attribute("title") or "")
+        assert page.locator(".jp-Dialog").count() == 0
+        assert page.get_by_text("official Jupyter news").count() == 0
+        # no $GPUWS_EDITORS naming code-server: no VS Code in the launcher, though
+        # jupyter-vscode-proxy is installed here (its own launcher entry is turned off)
+        page.locator(".jp-LauncherCard").first.wait_for()
+        assert page.locator(".jp-LauncherCard", has_text="VS Code").count() == 0
+        item.click()  # the usage panel opens, and says why it has no plots
+        panel = page.locator(".jp-gpuworkspace-usage")
+        panel.filter(has_text="Usage unavailable: the GPU attribution service is unreachable").wait_for()
+        assert panel.locator("svg").count() == 0 and page.locator(".jp-Dialog").count() == 0
+
+
+def in_the_browser_the_panel(url: str) -> None:
+    """A click on the status item opens the panel: four plots, the GPU's newest value and basis, the
+    home disk and the dashboard's link (a new tab); the command palette has "Workspace: show usage"."""
+    with lab_page(url) as page:
+        page.locator(".jp-gpuworkspace-status").filter(has_text="GPU (exclusive) 55%").click()
+        panel = page.locator(".jp-gpuworkspace-usage")
+        panel.filter(has_text="GPU utilisation: 55%").wait_for()
+        assert panel.locator("svg.jp-gpuworkspace-plot").count() == 4
+        assert panel.locator("[data-series=gpu_util_percent] path.jp-gpuworkspace-line").count() == 1
+        assert "measured on the device" in panel.inner_text()
+        assert "Home disk:" in panel.inner_text()
+        link = panel.get_by_role("link", name="Open the full GPU dashboard")
+        assert link.get_attribute("href") == "/services/gpuworkspace-attribution/"
+        assert link.get_attribute("target") == "_blank"
+        page.keyboard.press("Control+Shift+C")
+        page.get_by_text("Workspace: show usage").first.wait_for()
