@@ -25,7 +25,8 @@ STRICT_PACKAGES := gpuworkspace_spawner/manifests gpuworkspace_spawner/lifecycle
 	gpuworkspace_spawner/services/culler/model.py gpuworkspace_spawner/services/culler/policy.py \
 	gpuworkspace_spawner/services/culler/precedence.py \
 	gpuworkspace_spawner/services/culler/state.py gpuworkspace_spawner/probecredentials.py \
-	gpuworkspace_spawner/services/disks/owndisks.py gpuworkspace_spawner/labextension/figures.py
+	gpuworkspace_spawner/services/disks/owndisks.py gpuworkspace_spawner/labextension/figures.py \
+	gpuworkspace_spawner/runtimes
 STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables jsonpath rbac faults resources errors podsecurity protobody satokens saadmission,devcluster/gpuworkspace_devcluster/$(m).py))
 MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)
 
