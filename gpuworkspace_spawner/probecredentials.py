@@ -69,3 +69,16 @@ def revoke_probe_tokens(orm_user: Any, server: str) -> int:
         session.delete(token)
     session.commit()
     return len(tokens)
+
+
+def issue_server_probe_token(user: Any, server: str) -> str | None:
+    """:func:`issue_probe_token` for a hub ``User``; None outside a hub (no database: nothing issued)."""
+    orm_user = getattr(user, "orm_user", None)
+    return None if orm_user is None else issue_probe_token(orm_user, server)
+
+
+def revoke_server_probe_tokens(user: Any, server: str) -> None:
+    """:func:`revoke_probe_tokens` for a hub ``User`` (nothing to do outside a hub)."""
+    orm_user = getattr(user, "orm_user", None)
+    if orm_user is not None:
+        revoke_probe_tokens(orm_user, server)

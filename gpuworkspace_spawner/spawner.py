@@ -1,18 +1,14 @@
 """GPUWorkspaceSpawner: KubeSpawner with a profile catalog, a retained home disk and honest progress.
 
-Orchestration only: the catalog package decides what a user may start, ``manifests`` builds the pod
-and the claim, ``lifecycle`` decides what to do with a disk and when a start has failed, ``k8s`` talks
-to the API. State lives on the cluster (labels and annotations); the hub keeps names in its state.
+Orchestration only: the catalog decides what a user may start; a runtime (``runtimes``: container or
+VM, from the profile at a start, else from the hub state) ensures the disk and runs the compute with the
+I/O the spawner lends it (``spawnerports``). State lives on the cluster; the hub state keeps names.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import re
-import socket
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -21,7 +17,7 @@ from prometheus_client import Counter
 from sqlalchemy.orm import object_session
 from traitlets import Enum, Float, Integer, Unicode, default
 
-from .audit import START_ACTIONS, Action, AuditRecord, build_audit_event, log_audit
+from .audit import Action
 from .catalog import (
     Catalog,
     CatalogError,
@@ -31,58 +27,35 @@ from .catalog import (
     build_profile_list,
     resolve_user_options,
 )
-from .catalog.editors import editors_env
+from .catalog.options import decide_team
 from .compat import SpawnException
-from .k8s import Conflict, Forbidden, KubernetesError, NotFound, Unavailable, custom, gateway
-from .k8s.custom import DATA_VOLUMES, NETWORK_FENCES, VM_INSTANCES, ClusterWatch
+from .k8s import gateway
 from .k8s.errors import as_kubernetes_error, is_unavailable
-from .k8s.reflectors import ClaimReflector, retrying
-from .lifecycle.diskpolicy import (
-    build_policy_annotations,
-    build_policy_patch,
-    decide_retention,
-    with_policy,
-)
-from .lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
-from .lifecycle.gpuholders import describe_gpu_holders
+from .k8s.reflectors import retrying
+from .lifecycle.diskpolicy import decide_retention
 from .lifecycle.healing import with_last_failure
-from .lifecycle.ownership import choose_home_claim
-from .lifecycle.phasetiming import PhaseClock
-from .lifecycle.retention import decide_home_disk
-from .lifecycle.spawning import build_progress, decide_extra_pods, decide_spawn_failure
-from .lifecycle.state import derive_state, to_json
-from .limiting import form_refusals, new_disk_guard
-from .manifests.conventions import apply_conventions, convention_env
-from .manifests.names import (
-    ANN_LAST_NODE,
-    DISK_HOME,
-    LABEL_DISK,
-    WorkspaceContext,
-    WorkspaceIdentity,
-    owner_key,
-)
+from .lifecycle.state import to_json
+from .limiting import form_refusals
+from .manifests.conventions import apply_conventions, workspace_env
+from .manifests.names import WorkspaceContext, WorkspaceIdentity, owner_key
 from .manifests.pod import build_workspace_pod
-from .manifests.provenance import build_start_details, decide_team
-from .manifests.pvc import build_adopt_patch, build_home_pvc
-from .manifests.vm import vm_names
 from .probecredentials import STATE_KEY as PROBE_STATE_KEY
-from .probecredentials import issue_probe_token, probe_token_from_state, revoke_probe_tokens
-from .retaining import retain_server_disks
+from .probecredentials import issue_server_probe_token, probe_token_from_state, revoke_server_probe_tokens
+from .runtimes import Runtime, RuntimeContext, choose_evicted, choose_runtime
+from .runtimes.container import ContainerRuntime
 from .selfhealing import FAILURE_KEY, SelfHealing
-from .spawnmetrics import observe_phases
-from .vmruntime import VMRuntime
+from .spawnerports import SpawnerPorts
 
 CATALOG_RELOAD_FAILURES = Counter(
     "gpuworkspace_catalog_reload_failures_total",
     "Catalog reloads that failed validation (the hub kept serving the last good catalog)",
 )
-CLUSTER_WATCH_READY_S = 30.0  # a fencing check waits this long for the first list of nodes/attachments
 DEFAULT_URLS = {"jupyterlab": "/lab", "code-server": "/vscode/"}
 _STATUS = {"forbidden-profile": 403}
 log = logging.getLogger("gpuworkspace.catalog")
 
 
-class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
+class GPUWorkspaceSpawner(SelfHealing, KubeSpawner):
     """Spawns catalog-defined GPU workspaces whose home disk outlives every stop and server deletion."""
 
     catalog_path = Unicode(
@@ -175,7 +148,6 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
     ).tag(config=True)
 
     _sources: ClassVar[dict[str, CatalogSource]] = {}
-    _cluster_watches: ClassVar[dict[str, ClusterWatch]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Before super().__init__: JupyterHub may call load_state() from inside it.
@@ -184,6 +156,8 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
         self._rejected = False
         self.workspace_state: dict[str, Any] = {}
         self._probe_token: str | None = None  # the culler's credential for this server alone
+        self._ports = SpawnerPorts(self)  # what the runtimes may use of this spawner
+        self._chosen: Runtime | None = None  # chosen at a start or from the state, when first needed
         super().__init__(*args, **kwargs)
 
     @default("pvc_name_template")
@@ -192,7 +166,7 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
 
     @default("storage_pvc_ensure")
     def _default_storage_pvc_ensure(self) -> bool:
-        return False  # the home disk is ensured by _ensure_home_disk, never by KubeSpawner
+        return False  # the home disk is ensured by the container runtime, never by KubeSpawner
 
     @default("delete_pvc")
     def _default_delete_pvc(self) -> bool:
@@ -251,10 +225,7 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
             ) from None
         self._selection, self._catalog_version = selection, catalog.version
         self.default_url = DEFAULT_URLS[selection.ide]
-        if selection.profile.runtime == "vm":
-            self.pvc_name = vm_names(self._context().identity).disk  # the root disk is the VM's home
-        else:
-            self.image = selection.profile.image
+        self._chosen = None  # the start chooses this selection's runtime
 
     def _identity(self) -> WorkspaceIdentity:
         return WorkspaceIdentity(
@@ -281,8 +252,9 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
     # --- manifests -----------------------------------------------------------------------------
 
     async def get_pod_manifest(self) -> Any:
-        pod = await super().get_pod_manifest()
         ws = self._context()
+        self.image = ws.profile.image or ""  # a container profile has one (catalog); before the env
+        pod = await super().get_pod_manifest()
         built = build_workspace_pod(gateway.to_dict(self.api, pod), ws)
         retention = decide_retention(ws.profile.storage.home.retention, self.retention_days)
         built = apply_conventions(built, ws, retention_days=retention.period.total_seconds() / 86400)
@@ -290,12 +262,8 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
 
     def get_env(self) -> dict[str, str]:
         env: dict[str, str] = super().get_env()
-        if self._selection is not None:
-            env["GPUWORKSPACE_PROFILE"] = self._selection.profile.slug
-            env["GPUWORKSPACE_CATALOG_VERSION"] = self._catalog_version
-            env["GPUWORKSPACE_IDE"] = self._selection.ide
-            env.update(editors_env(self._selection.profile.editors))  # the launcher's "Open VS Code"
-            env.update(convention_env(self._selection.profile))  # /workspace, /checkpoints, quota
+        if (chosen := self._selection) is not None:
+            env.update(workspace_env(chosen.profile, catalog_version=self._catalog_version, ide=chosen.ide))
         return env
 
     # --- start ---------------------------------------------------------------------------------
@@ -365,307 +333,67 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
         await self.load_user_options()
         self._reset_healing()  # a new start: no stop intent, no rebuild history, no old failure
         self.workspace_state.pop(FAILURE_KEY, None)
-        self._issue_probe_credential()
+        # the idle culler's credential for this server alone, in its state (:mod:`.probecredentials`)
+        self._probe_token = issue_server_probe_token(self.user, self.name or "")
         self._save_state_now()
-        if self.runtime == "vm":
-            return await self._start_vm_audited()
-        await self._start_watching_pods()
-        prepared = asyncio.get_running_loop().time()
-        await self._ensure_home_disk()
-        await self._halt_workspace_vm()
-        await self._remove_duplicate_pods()
-        await self._check_fencing(self.pvc_name, own_uids=frozenset())
-        self._log_record("workspace-starting", "Pod", self.pod_name, "Starting the workspace")
-        started = asyncio.get_running_loop().time()
-        task = asyncio.ensure_future(super()._start())
-        clock = PhaseClock()
-        clock.observe("prepare", prepared)  # claim, fencing check: before the pod exists
-        try:
-            url = await self._supervise(task, started, clock)
-        except SpawnException as exc:
-            await self._audit("workspace-start-failed", "Pod", self.pod_name, f"{exc.reason}: {exc.message}")
-            raise
-        await self._audit("workspace-started", "Pod", self.pod_name, f"Workspace ready at {url}")
-        self._remember_pod(self._pod())  # what a rebuild copies
-        await self._record_last_node(((self._pod() or {}).get("spec") or {}).get("nodeName"))
-        return url
+        others = choose_evicted(
+            self.runtime, self.workspace_state.get("runtime"), self._runtime_context(), self._ports
+        )
+        return await self._runtime().start(others)
 
-    async def _start_vm_audited(self) -> str:
-        name = self._vm_names().vm
-        self._log_record("workspace-starting", "VirtualMachine", name, "Starting the VM workspace")
-        try:
-            url = await self._start_vm()
-        except SpawnException as exc:
-            failed = f"{exc.reason}: {exc.message}"
-            if self._rejected:  # refused before any write (a disk limit): no Event either
-                self._log_record("workspace-start-failed", "VirtualMachine", name, failed)
-            else:
-                await self._audit("workspace-start-failed", "VirtualMachine", name, failed)
-            raise
-        await self._audit("workspace-started", "VirtualMachine", name, f"VM workspace ready at {url}")
-        vmi = self._cached("vmis", name) or {}
-        await self._record_last_node((vmi.get("status") or {}).get("nodeName"))
-        return url
+    def _runtime_context(self) -> RuntimeContext:
+        return RuntimeContext(
+            identity=self._identity(),
+            workspace=self._context() if self._selection is not None else None,
+            pod_name=self.pod_name,
+            home_claim=self.pvc_name,
+            request_timeout=self.k8s_api_request_timeout,
+            retry_timeout=self.k8s_api_request_retry_timeout,
+            unschedulable_timeout=self.unschedulable_timeout,
+            attach_failure_timeout=self.attach_failure_timeout,
+            retention_days=self.retention_days,
+        )
 
-    async def _halt_workspace_vm(self) -> None:
-        """One active compute per workspace: a running VM of this workspace stops before a pod starts."""
-        if self.workspace_state.get("runtime") != "vm":
-            return  # the last start of this server was no VM (kept in the hub state across stops)
-        names = vm_names(self._context().identity)
-        await self._start_vm_watchers()
-        vm = self._cached("vms", names.vm)
-        if vm is not None and (vm.get("spec") or {}).get("runStrategy") != "Halted":
-            await self._audit(
-                "duplicate-pod-removed", "VirtualMachine", names.vm, "Halting this workspace's VM"
-            )
-            await self._stop_vm(names)
+    def _runtime(self) -> Runtime:
+        """This server's runtime: the selected profile's, else the one in the hub state (chosen once per
+        start or loaded state, for the names and the selection they had then)."""
+        if self._chosen is None or self._chosen.kind != self.runtime:
+            self._chosen = choose_runtime(self.runtime, self._runtime_context(), self._ports)
+        return self._chosen
 
+    def _container(self) -> ContainerRuntime:
+        return ContainerRuntime(self._runtime_context(), self._ports)
+
+    # KubeSpawner's own pod start, stop and poll: the container runtime's (through SpawnerPorts)
+
+    async def _start_pod(self) -> Any:
+        return await super()._start()
+
+    async def _stop_pod(self, now: bool) -> None:
+        await super().stop(now=now)
+
+    async def _poll_pod(self) -> int | None:
+        result: int | None = await super().poll()
+        return result
+
+    # self-healing's checks and records (container workspaces), by the container runtime
     async def _check_fencing(self, claim_name: str, *, own_uids: frozenset[str]) -> None:
-        """Refuse (reason 'fencing') to start compute on a disk another node may still write to."""
-        timeout = self.k8s_api_request_timeout
-        claim = self._claim() if claim_name == self.pvc_name and self.runtime == "container" else None
-        if claim is None:
-            try:
-                claim = await gateway.read_pvc(self.api, self.namespace, claim_name, request_timeout=timeout)
-            except NotFound:
-                return  # not provisioned yet: attached nowhere
-        shared = refuse_shared_disk(claim)
-        if shared:
-            raise SpawnException(shared, reason="disk", status_code=409)
-        pv_name = (claim.get("spec") or {}).get("volumeName")
-        try:
-            attachments, nodes = (
-                await self._cluster_watch("volumeattachments"),
-                await self._cluster_watch("nodes"),
-            )
-        except Unavailable as exc:  # fail closed: no evidence, no start
-            raise SpawnException(
-                f"Cannot check where disk {claim_name} is attached ({exc}); try again shortly",
-                reason="fencing",
-                status_code=503,
-            ) from None
-        last_node = self._last_node()
-        if not evidence_needed(pv_name, list(attachments.objects.values()), nodes.objects.values()):
-            return  # the fast path: attached nowhere and every node reachable (read from watch caches)
-        assert pv_name  # evidence_needed is False without a volume
-        pods = await custom.list_all_pods(self.namespace, request_timeout=timeout)
-        api = custom.custom_api()
-        vmis = await custom.list_namespaced(api, VM_INSTANCES, self.namespace, request_timeout=timeout)
-        verdict = decide_fencing(
-            claim=claim,
-            pv_name=pv_name,
-            attachments=attachments.attached(pv_name),
-            consumers=[*pods, *vmis],
-            nodes=await custom.list_nodes(request_timeout=timeout),
-            fences=await custom.list_cluster(api, NETWORK_FENCES, request_timeout=timeout),
-            own_uids=own_uids,
-            last_node=last_node,
-        )
-        message = f"{verdict.reason} Evidence: {json.dumps(verdict.evidence, sort_keys=True)}"
-        if verdict.action != "pass":
-            await self._audit("disk-refused", "PersistentVolumeClaim", claim_name, message, claim)
-            raise SpawnException(
-                f"Your disk may still be in use on another node, so it was not attached again: {verdict.reason}. "
-                "An administrator has been told what to check.",
-                reason="fencing",
-                log_message=f"fencing check refused {claim_name}: {verdict.reason}; admin: {verdict.admin_hint}",
-                status_code=409,
-            )
-        self._log_record(
-            "disk-adopted", "PersistentVolumeClaim", claim_name, f"fencing check passed: {message}"
-        )
-
-    def _disk_handle(self) -> dict[str, Any] | None:
-        """The object that carries the disk's state: the home claim, or the VM's root DataVolume."""
-        if self.runtime == "vm":
-            return self._cached("datavolumes", vm_names(self._identity()).disk)
-        return self._claim()
-
-    def _last_node(self) -> str | None:
-        handle = self._disk_handle() or {}
-        return ((handle.get("metadata") or {}).get("annotations") or {}).get(ANN_LAST_NODE)
+        await self._container().check_fencing(own_uids=own_uids)
 
     async def _record_last_node(self, node: str | None) -> None:
-        """Remember where the disk is attached (one write, only when the node changes)."""
-        if not node or node == self._last_node():
-            return
-        patch = {"metadata": {"annotations": {ANN_LAST_NODE: node}}}
-        timeout = self.k8s_api_request_timeout
-        if self.runtime == "vm":
-            disk = vm_names(self._identity()).disk
-            await custom.patch(
-                custom.custom_api(), DATA_VOLUMES, self.namespace, disk, patch, request_timeout=timeout
-            )
-        else:
-            await gateway.patch_pvc(self.api, self.namespace, self.pvc_name, patch, request_timeout=timeout)
-
-    @classmethod
-    async def _cluster_watch(cls, kind: str) -> ClusterWatch:
-        if kind not in cls._cluster_watches:
-            api, method = (
-                ("StorageV1Api", "list_volume_attachment")
-                if kind == "volumeattachments"
-                else ("CoreV1Api", "list_node")
-            )
-            cls._cluster_watches[kind] = ClusterWatch(api, method, log)
-        await cls._cluster_watches[kind].ready(timeout_s=CLUSTER_WATCH_READY_S)
-        return cls._cluster_watches[kind]
-
-    async def _supervise(self, task: asyncio.Future[Any], started: float, clock: PhaseClock) -> Any:
-        """Wait for KubeSpawner's start, failing early (with a reason) when the pod cannot come up."""
-        loop = asyncio.get_running_loop()
-        while True:
-            clock.observe(build_progress(self._claim(), self._pod(), self.events).phase, loop.time())
-            done, _ = await asyncio.wait({task}, timeout=1.0)
-            if done:
-                result = self._start_result(task)
-                # the last sample, when the start returns: a start quicker than one sampling period
-                # still reaches its last phase (``ready``), as the phase clock's contract says
-                now = loop.time()
-                clock.observe(build_progress(self._claim(), self._pod(), self.events).phase, now)
-                observe_phases(clock.finish(now))
-                return result
-            failure = decide_spawn_failure(
-                self._claim(),
-                self._pod(),
-                self.events,
-                elapsed_s=loop.time() - started,
-                unschedulable_after_s=self.unschedulable_timeout,
-                attach_failure_after_s=self.attach_failure_timeout,
-            )
-            if failure is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                holders = self._gpu_holders(failure.message) if failure.reason == "unschedulable" else ""
-                raise SpawnException(failure.message + holders, reason=failure.reason)
-
-    def _gpu_holders(self, message: str) -> str:
-        """Who holds the GPUs a refused start asked for, from the pod watch cache (no API calls)."""
-        match = re.search(r"Insufficient (nvidia\.com/[\w.\-]+)", message)
-        if match is None or self.pod_reflector is None:
-            return ""
-        pods = list(self.pod_reflector.pods.values())
-        resource = match.group(1).rstrip(".")  # "... Insufficient nvidia.com/gpu.shared. preemption: ..."
-        holders = describe_gpu_holders(pods, resource, exclude=self.pod_name)
-        return f". Currently held by: {holders}" if holders else ""
-
-    def _start_result(self, task: asyncio.Future[Any]) -> Any:
-        try:
-            return task.result()
-        except TimeoutError as exc:
-            step = build_progress(self._claim(), self._pod(), self.events)
-            raise SpawnException(
-                f"The workspace did not become ready in time; last step: {step.message}", reason="timeout"
-            ) from exc
-        except Exception as exc:
-            error = as_kubernetes_error(exc)
-            if isinstance(error, Forbidden) and error.quota_exceeded:
-                raise SpawnException(
-                    f"Your team's quota is exhausted: {error.message}", reason="quota"
-                ) from exc
-            raise
-
-    async def _start_watching_claims(self) -> ClaimReflector:
-        reflector: ClaimReflector = await self._start_reflector(
-            kind="home-claims",
-            reflector_class=ClaimReflector,
-            labels={LABEL_DISK: DISK_HOME},
-            omit_namespace=False,
-        )
-        return reflector
+        await self._container().record_last_node(node)
 
     def _claim(self) -> dict[str, Any] | None:
-        reflector = self.__class__.reflectors.get(self._get_reflector_key("home-claims"))
-        return reflector.claims.get(f"{self.namespace}/{self.pvc_name}") if reflector else None
+        return self._container().claim()
 
     def _pod(self) -> dict[str, Any] | None:
-        reflector = self.pod_reflector
-        return reflector.pods.get(f"{self.namespace}/{self.pod_name}") if reflector else None
-
-    async def _ensure_home_disk(self) -> None:
-        """Create, re-adopt or reuse the home claim; refuse (reason 'disk') when it is not ours to use."""
-        reflector = await self._start_watching_claims()
-        base = self._expand_user_properties(self.pvc_name_template)
-        choice = choose_home_claim(list(reflector.claims.values()), base, self._identity())
-        if choice.name != self.pvc_name:
-            self.log.info("Home disk of %s: %s", self._log_name, choice.reason)
-        self.pvc_name = choice.name
-        ws = self._context()
-        claim = self._claim()
-        request_timeout = self.k8s_api_request_timeout
-        home = ws.profile.storage.home
-        policy = build_policy_annotations(
-            decide_retention(home.retention, self.retention_days), home.snapshots
-        )
-        for _ in range(3):
-            verdict = decide_home_disk(claim, ws.identity)
-            if verdict.action == "use":
-                await self._stamp_policy(claim, policy)
-                break
-            if verdict.action == "refuse":
-                await self._audit("disk-refused", "PersistentVolumeClaim", self.pvc_name, verdict.reason)
-                raise SpawnException(verdict.reason, reason="disk", status_code=409)
-            try:
-                if verdict.action == "create":
-                    async with new_disk_guard(self, "PersistentVolumeClaim", self.pvc_name):
-                        body = with_policy(build_home_pvc(ws), policy, patch=False)
-                        claim = await gateway.create_pvc(
-                            self.api, self.namespace, body, request_timeout=request_timeout
-                        )
-                    await self._audit(
-                        "disk-created", "PersistentVolumeClaim", self.pvc_name, verdict.reason, claim
-                    )
-                else:
-                    patch = with_policy(build_adopt_patch(ws), policy, patch=True)
-                    claim = await gateway.patch_pvc(
-                        self.api, self.namespace, self.pvc_name, patch, request_timeout=request_timeout
-                    )
-                    await self._audit(
-                        "disk-adopted", "PersistentVolumeClaim", self.pvc_name, verdict.reason, claim
-                    )
-                break
-            except Conflict:
-                claim = await gateway.read_pvc(
-                    self.api, self.namespace, self.pvc_name, request_timeout=request_timeout
-                )
-            except NotFound:
-                claim = None
-            except Forbidden as exc:
-                reason = "quota" if exc.quota_exceeded else "disk"
-                raise SpawnException(f"Cannot create your home disk: {exc.message}", reason=reason) from exc
-        self._pvc_exists = True
-
-    async def _stamp_policy(self, claim: dict[str, Any] | None, policy: dict[str, str | None]) -> None:
-        """Bring the retention and snapshot schedule on a disk in use up to date with this start's profile."""
-        patch = build_policy_patch(claim or {}, policy)
-        if claim is not None and patch is not None:
-            await gateway.patch_pvc(
-                self.api, self.namespace, self.pvc_name, patch, request_timeout=self.k8s_api_request_timeout
-            )
-
-    async def _remove_duplicate_pods(self) -> None:
-        """At most one active pod per user workspace, also for pods a previous hub left behind."""
-        reflector = await self._start_watching_pods()
-        identity = self._context().identity
-        extra = decide_extra_pods(list(reflector.pods.values()), identity, keep_name=self.pod_name)
-        for name in extra:
-            await self._audit("duplicate-pod-removed", "Pod", name, f"Another pod of this workspace: {name}")
-            with contextlib.suppress(NotFound):
-                await gateway.delete_pod(
-                    self.api, self.namespace, name, grace_s=0, request_timeout=self.k8s_api_request_timeout
-                )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.k8s_api_request_retry_timeout
-        # KubeSpawner's reflector has no change event; this reads its watch cache, not the API.
-        while any(f"{self.namespace}/{n}" in reflector.pods for n in extra) and loop.time() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.2)
+        return self._ports.cached("pods", self.pod_name)
 
     async def progress(self) -> Any:
-        """Spawn progress from the claim, the pod and its events (local watch caches, no API calls)."""
+        """Spawn progress from the runtime's watch caches (no API calls)."""
         last = None
         while True:
-            vm = self.runtime == "vm"
-            step = self._vm_progress() if vm else build_progress(self._claim(), self._pod(), self.events)
+            step = self._runtime().progress()
             if (step.phase, step.message) != last:
                 last = (step.phase, step.message)
                 yield {"progress": step.percent, "message": step.message}
@@ -676,65 +404,29 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
     # --- stop and delete -----------------------------------------------------------------------
 
     async def stop(self, now: bool = False) -> None:
-        self._revoke_probe_credential()
+        self._probe_token = None
+        revoke_server_probe_tokens(self.user, self.name or "")
         if self._rejected:  # refused before any cluster write: nothing to clean up
             self._rejected = False
             return
-        if self.runtime == "vm":
-            names = vm_names(self._identity())
-            await self._stop_vm(names)
-            await self._audit("workspace-stopped", "VirtualMachine", names.vm, "VM stopped; root disk kept")
-            return
-        await super().stop(now=now)
-        await self._audit("workspace-stopped", "Pod", self.pod_name, "Workspace stopped; home disk kept")
+        await self._runtime().stop(now)
 
     async def poll(self) -> int | None:
-        if self.runtime == "vm":
-            return await self._poll_vm(vm_names(self._identity()))
-        result: int | None = await super().poll()
-        return result
+        return await self._runtime().poll()
 
     async def delete_forever(self) -> None:
         """Retain every disk the server owns (never delete one): the reclaimer deletes them once retention
         ends. A server that ran as a container and as a VM has two (:mod:`.retaining`)."""
-        now = datetime.now(UTC)
         why = "server-deleted" if self.name else "user-deleted"
         shared = bool(self.name) and "{user_server}" not in self.pvc_name_template
-        await retain_server_disks(
-            self, now, why, hub_days=self.retention_days, home_shared=shared, vm=self.runtime == "vm"
-        )
+        await self._runtime().delete(datetime.now(UTC), why, home_shared=shared)
 
     @property
     def workspace_status(self) -> dict[str, Any] | None:
         """The workspace's state (000 §10) from the watch caches, for the home page; None before any watch."""
-        vm = self.runtime == "vm"
-        if (
-            self.__class__.reflectors.get(self._get_reflector_key("datavolumes" if vm else "home-claims"))
-            is None
-        ):
+        state = self._runtime().status(datetime.now(UTC))
+        if state is None:
             return None  # this hub has not watched the cluster since it started: nothing honest to say
-        if vm:
-            names = vm_names(self._identity())
-            dv = self._cached("datavolumes", names.disk)
-            state = derive_state(
-                runtime="vm",
-                disk=dv,
-                data_volume=dv,
-                pod=None,
-                vm=self._cached("vms", names.vm),
-                vmi=self._cached("vmis", names.vm),
-                now=datetime.now(UTC),
-            )
-        else:
-            state = derive_state(
-                runtime="container",
-                disk=self._claim(),
-                data_volume=None,
-                pod=self._pod(),
-                vm=None,
-                vmi=None,
-                now=datetime.now(UTC),
-            )
         return with_last_failure(to_json(state), self.workspace_state.get(FAILURE_KEY))
 
     # --- state ---------------------------------------------------------------------------------
@@ -754,22 +446,6 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
             state[PROBE_STATE_KEY] = self._probe_token
         return state
 
-    def _issue_probe_credential(self) -> None:
-        """A token that opens this server alone, for the idle culler's probes (:mod:`.probecredentials`).
-
-        The culler reads it from this server's state; it never sends its own token to user code.
-        """
-        orm_user = getattr(self.user, "orm_user", None)
-        if orm_user is None:  # no hub database (a spawner built outside a hub): nothing to issue
-            return
-        self._probe_token = issue_probe_token(orm_user, self.name or "")
-
-    def _revoke_probe_credential(self) -> None:
-        self._probe_token = None
-        orm_user = getattr(self.user, "orm_user", None)
-        if orm_user is not None:
-            revoke_probe_tokens(orm_user, self.name or "")
-
     def _save_state_now(self) -> None:
         """Store the state (runtime, names) at the start of a start, not only after it as JupyterHub does:
         a hub restarted mid-start then polls the pod or VM this start creates, and adopts or stops it,
@@ -781,58 +457,28 @@ class GPUWorkspaceSpawner(VMRuntime, SelfHealing, KubeSpawner):
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
+        self._chosen = None
         self.workspace_state = dict(state.get("gpuworkspace") or {})
         self._probe_token = probe_token_from_state(state)
 
     def clear_state(self) -> None:
         """Forget the last start, but keep the runtime: delete_forever (on a stopped server) needs it."""
         super().clear_state()
-        runtime = self.runtime
+        runtime, self._chosen = self.runtime, None
         self._selection, self._catalog_version, self._rejected = None, "", False
         self._probe_token = None  # revoked by stop(); a start issues a new one
         failure = self.workspace_state.get(FAILURE_KEY)  # why self-healing gave up: the home page says
         self.workspace_state = {"runtime": runtime, **({FAILURE_KEY: failure} if failure else {})}
 
-    # --- audit ---------------------------------------------------------------------------------
-
-    def _record(
-        self, action: Action, kind: str, name: str, message: str, obj: dict[str, Any] | None = None
-    ) -> AuditRecord:
-        selection = self._selection
-        return AuditRecord(
-            action=action,
-            user=self.user.name,
-            server=self.name or "",
-            namespace=self.namespace,
-            kind=kind,
-            name=name,
-            message=message,
-            profile=selection.profile.slug if selection else "",
-            catalog_version=self._catalog_version,
-            uid=str(((obj or {}).get("metadata") or {}).get("uid", "")),
-            details=build_start_details(self._context()) if selection and action in START_ACTIONS else {},
-        )
+    # --- audit (written by SpawnerPorts; also used by retaining, limiting and self-healing) --------
 
     def _log_record(self, action: Action, kind: str, name: str, message: str) -> None:
-        log_audit(self._record(action, kind, name, message), now=datetime.now(UTC), logger=self.log)
+        self._ports.log_record(action, kind, name, message)
 
     async def _audit(
         self, action: Action, kind: str, name: str, message: str, obj: dict[str, Any] | None = None
     ) -> None:
-        """Log the record; write it as an Event too when ``audit_events`` asks (failures only logged)."""
-        record = self._record(action, kind, name, message, obj)
-        now = datetime.now(UTC)
-        log_audit(record, now=now, logger=self.log)
-        disk_record = kind == "PersistentVolumeClaim" or action == "duplicate-pod-removed"
-        if self.audit_events == "none" or (self.audit_events == "disk" and not disk_record):
-            return
-        event = build_audit_event(record, now=now, instance=socket.gethostname())
-        try:
-            await gateway.create_event(
-                self.api, self.namespace, event, request_timeout=self.k8s_api_request_timeout
-            )
-        except KubernetesError as exc:
-            self.log.warning("Could not record audit event %s for %s: %s", action, name, exc)
+        await self._ports.audit(action, kind, name, message, obj)
 
 
 def _options_applied_at_start(spawner: GPUWorkspaceSpawner, user_options: Any) -> None:

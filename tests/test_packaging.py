@@ -222,7 +222,9 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
     _write(tmp_path, f"{pkg}/jobs/manifests.py", "import kubernetes_asyncio\n")
     _write(tmp_path, f"{pkg}/k8s/client.py", "import gpuworkspace_spawner.spawner\n")
     _write(tmp_path, f"{pkg}/spawner.py", "import kubernetes_asyncio\n")
-    _write(tmp_path, f"{pkg}/vmruntime.py", "")
+    _write(tmp_path, f"{pkg}/spawnerports.py")
+    _write(tmp_path, f"{pkg}/runtimes/__init__.py")
+    _write(tmp_path, f"{pkg}/runtimes/vm.py", "from gpuworkspace_spawner import spawnerports\n")
     for core in ("model", "parsing", "rules", "aggregate", "history", "views", "access", "charts"):
         _write(tmp_path, f"{pkg}/services/attribution/{core}.py")
     _write(tmp_path, f"{pkg}/services/attribution/__init__.py")
@@ -282,6 +284,8 @@ def test_import_contracts_catch_violations(tmp_path: Path) -> None:
         "gpuworkspace_spawner.lifecycle is not allowed to import gpuworkspace_spawner.k8s",
         "gpuworkspace_spawner.jobs is not allowed to import kubernetes_asyncio",
         "gpuworkspace_spawner.k8s is not allowed to import gpuworkspace_spawner.spawner",
+        # a runtime borrows the spawner's ports through their protocol, never imports the spawner's side
+        "gpuworkspace_spawner.runtimes is not allowed to import gpuworkspace_spawner.spawnerports",
         "gpuworkspace_spawner.services.attribution.rules is not allowed to import tornado",
         "gpuworkspace_spawner.agent is not allowed to import gpuworkspace_spawner.k8s",
         "gpuworkspace_spawner.services.culler.policy is not allowed to import tornado",

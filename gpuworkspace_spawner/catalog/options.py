@@ -106,6 +106,35 @@ def _profile(catalog: Catalog, slug: str, user: str, groups: frozenset[str]) -> 
     )
 
 
+SOURCE_CATALOG = "catalog"
+
+
+@dataclass(frozen=True)
+class TeamDecision:
+    """The team of a start (``""``: none), where it came from (``catalog``, ``group <name>``, ``""``), why."""
+
+    team: str
+    source: str
+    reason: str
+
+
+def decide_team(profile: WorkspaceProfile, groups: Iterable[str], *, group_prefix: str) -> TeamDecision:
+    """The profile's ``team``; else the first sorted group named ``<group_prefix><team>``; else none.
+
+    An empty ``group_prefix`` turns the group rule off. A group that is only the prefix names no team.
+    """
+    if profile.team:
+        return TeamDecision(profile.team, SOURCE_CATALOG, f"profile {profile.slug} sets team")
+    if not group_prefix:
+        return TeamDecision("", "", "the profile sets no team and the group rule is off")
+    for group in sorted(set(groups)):
+        if group.startswith(group_prefix) and len(group) > len(group_prefix):
+            return TeamDecision(
+                group[len(group_prefix) :], f"group {group}", f"the first group named {group_prefix}*"
+            )
+    return TeamDecision("", "", f"the profile sets no team and no group is named {group_prefix}*")
+
+
 def resolve_user_options(
     catalog: Catalog, user_options: object, *, user: str, groups: Iterable[str]
 ) -> Selection:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuworkspace_spawner.catalog.editors import editors_env
 from gpuworkspace_spawner.catalog.model import Checkpoints, WorkspaceProfile
 from gpuworkspace_spawner.manifests.names import WorkspaceContext, dns_label
 from gpuworkspace_spawner.manifests.pod import HOME_VOLUME, NOTEBOOK_CONTAINER, TEAM_VOLUME_PREFIX
@@ -106,6 +107,19 @@ def convention_env(profile: WorkspaceProfile) -> dict[str, str]:
         if checkpoints.object_store_endpoint:
             env["GPUWS_CHECKPOINTS_ENDPOINT"] = checkpoints.object_store_endpoint
     return env
+
+
+def workspace_env(profile: WorkspaceProfile, *, catalog_version: str, ide: str) -> dict[str, str]:
+    """Every variable the spawner adds to a workspace's environment: the profile and catalog version it
+    was started from, its editor, the editors its image declares (the launcher's "Open VS Code") and
+    the conventions' (:func:`convention_env`)."""
+    return {
+        "GPUWORKSPACE_PROFILE": profile.slug,
+        "GPUWORKSPACE_CATALOG_VERSION": catalog_version,
+        "GPUWORKSPACE_IDE": ide,
+        **editors_env(profile.editors),
+        **convention_env(profile),
+    }
 
 
 def _rows(profile: WorkspaceProfile, retention: str) -> list[tuple[str, str, str]]:

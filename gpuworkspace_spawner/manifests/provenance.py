@@ -1,6 +1,7 @@
 """Who a workspace is for and what it runs: its team, and the details a start's audit record carries.
 
-Pure. The team comes from the catalog profile (``spec.team``) when it names one, else from the user's
+Pure. The team (:func:`~gpuworkspace_spawner.catalog.options.decide_team`, beside the profile's
+selection) comes from the catalog profile (``spec.team``) when it names one, else from the user's
 groups: the first group, in sorted order, whose name starts with the hub's ``team_group_prefix``
 (``team-nlp`` → ``nlp``); else there is none. The start details say which image (reference and digest, or
 a VM's DataSource), which mounts (volume, path, claim) and which GPUs (resource, count, mode) a start
@@ -9,44 +10,19 @@ asked for, so an audit log answers seed 001 §18 without reading the catalog of 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from gpuworkspace_spawner.catalog.model import WorkspaceProfile
+from gpuworkspace_spawner.catalog.options import decide_team
 from gpuworkspace_spawner.manifests.conventions import convention_mounts
 from gpuworkspace_spawner.manifests.names import WorkspaceContext, image_digest
 from gpuworkspace_spawner.manifests.pod import workspace_volumes
 from gpuworkspace_spawner.manifests.vm import ROOT_DISK
 
-SOURCE_CATALOG = "catalog"
+__all__ = ["build_start_details", "decide_team"]  # the team is decided with the selection (catalog.options)
+
 _GPU_PREFIX = "nvidia.com/"
-
-
-@dataclass(frozen=True)
-class TeamDecision:
-    """The team of a start (``""``: none), where it came from (``catalog``, ``group <name>``, ``""``), why."""
-
-    team: str
-    source: str
-    reason: str
-
-
-def decide_team(profile: WorkspaceProfile, groups: Iterable[str], *, group_prefix: str) -> TeamDecision:
-    """The profile's ``team``; else the first sorted group named ``<group_prefix><team>``; else none.
-
-    An empty ``group_prefix`` turns the group rule off. A group that is only the prefix names no team.
-    """
-    if profile.team:
-        return TeamDecision(profile.team, SOURCE_CATALOG, f"profile {profile.slug} sets team")
-    if not group_prefix:
-        return TeamDecision("", "", "the profile sets no team and the group rule is off")
-    for group in sorted(set(groups)):
-        if group.startswith(group_prefix) and len(group) > len(group_prefix):
-            return TeamDecision(
-                group[len(group_prefix) :], f"group {group}", f"the first group named {group_prefix}*"
-            )
-    return TeamDecision("", "", f"the profile sets no team and no group is named {group_prefix}*")
 
 
 def build_start_details(ws: WorkspaceContext) -> dict[str, Any]:

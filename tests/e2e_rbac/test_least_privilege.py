@@ -295,7 +295,7 @@ GRANTS_USED_BY_TIMING: dict[tuple[str, str, str], str] = {
 GRANTS_NOT_USED: dict[tuple[str, str, str], str] = {
     ("get", "", "pods"): "KubeSpawner reads a pod only after a create answered 409 (a pod left over "
     "with the same name); the run never collides",
-    ("update", "kubevirt.io", "virtualmachines"): "vmruntime._ensure_vm replaces a VM whose spec no "
+    ("update", "kubevirt.io", "virtualmachines"): "runtimes.vm._ensure_vm replaces a VM whose spec no "
     "longer matches its profile (or its root disk); not driven here (test_vm_workspace.py does)",
 }
 

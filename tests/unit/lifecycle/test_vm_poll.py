@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.vmruntime import vm_poll_status
+from gpuworkspace_spawner.runtimes.vm import vm_poll_status
 
 
 def vm(strategy: str, deleting: bool = False) -> dict[str, Any]:

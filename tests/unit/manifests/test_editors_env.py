@@ -9,6 +9,7 @@ import pytest
 
 from gpuworkspace_spawner.catalog.editors import editors_env
 from gpuworkspace_spawner.labextension.editors import PAGE_OPTION, declared_editors, page_options
+from gpuworkspace_spawner.manifests.conventions import workspace_env
 from gpuworkspace_spawner.manifests.vm import build_cloud_init_secret
 from tests.unit.manifests.test_vm import ENV, VM_WORKSTATION, _guest_env, vm_context
 
@@ -40,3 +41,13 @@ def test_the_page_gets_the_editors_and_nothing_else() -> None:
     assert page_options({}) == {PAGE_OPTION: ""}  # no Open VS Code where the spawner said nothing
     hostile = {"GPUWS_EDITORS": "code-server,<script>,code-server,,JupyterLab"}
     assert declared_editors(hostile) == ("code-server",)
+
+
+def test_the_spawners_environment_names_the_profile_its_editors_and_the_conventions() -> None:
+    """What GPUWorkspaceSpawner.get_env adds (manifests.conventions.workspace_env), for a VM with code-server."""
+    profile = replace(VM_WORKSTATION, editors=("code-server", "jupyterlab"))
+    env = workspace_env(profile, catalog_version="2026.12.1", ide="code-server")
+    assert env["GPUWORKSPACE_PROFILE"] == profile.slug and env["GPUWORKSPACE_IDE"] == "code-server"
+    assert env["GPUWORKSPACE_CATALOG_VERSION"] == "2026.12.1"
+    assert env["GPUWS_EDITORS"] == "code-server,jupyterlab"
+    assert env["GPUWS_WORKSPACE"] == "/workspace"  # the conventions' variables too
