@@ -64,3 +64,16 @@ async def test_at_most_the_configured_scrapes_are_in_flight_and_every_endpoint_i
     assert len(texts) == 20
     assert sorted(http.urls) == sorted(f"http://10.0.0.{i + 1}:9400/metrics" for i in range(20))
     assert http.most == limit
+
+
+def test_the_command_line_sets_the_scrape_concurrency_and_refuses_what_is_not_a_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gpuworkspace_spawner.services.attribution.app import _parser, settings_from
+
+    assert settings_from(_parser().parse_args([])).scrape_concurrency == 8
+    assert settings_from(_parser().parse_args(["--scrape-concurrency", "3"])).scrape_concurrency == 3
+    for wrong in ("0", "-1", "many", "99999"):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["--scrape-concurrency", wrong])
+        assert "--scrape-concurrency: a whole number from 1 to 9999" in capsys.readouterr().err
