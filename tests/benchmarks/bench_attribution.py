@@ -27,12 +27,15 @@ How it measures
   * RSS: VmRSS and VmHWM from ``/proc/<pid>/status`` of the service and any children, after the idle
     cycles and again after the load. Peer: a Python process that only imports the service's modules.
   * API latency (the goal's figure): requests at a fixed mean rate (``--rate``, 100/s: far more than
-    a hub's dashboards make; Poisson arrivals, open loop) over six endpoints round-robin (nodes;
-    workspaces as admin = every row; workspaces as a user; one workspace's detail; top as admin;
-    a spawn page's availability for whole GPUs as a user) for
-    at least ``--open-s`` (20) seconds and ``--load-cycles`` (2) collector cycles. Latency counts from
-    each request's scheduled send time (no coordinated omission). Requests that overlapped a cycle's
-    wall window (polled from ``api/v1/status``) are also shown apart. Peer: the same load against a
+    a hub's dashboards make; Poisson arrivals, open loop) over eight endpoints in a weighted
+    round-robin that follows who polls what (issue 18): 3 in 14 a spawn page's availability for whole
+    GPUs as a user, 3 in 14 one workspace's detail as its user (JupyterLab's status bar), 1 in 14 each
+    the user's trends (the panel's last hour), status, workspaces as a user, nodes, workspaces as
+    admin (every row) and top as admin; for at least ``--open-s`` (20) seconds and ``--load-cycles``
+    (2) collector cycles. Latency counts from each request's scheduled send time (no coordinated
+    omission). Requests that overlapped a cycle's wall window (polled from ``api/v1/status``) are
+    shown apart (p50 and p99 during and between cycles, and each endpoint's p99 during cycles): the
+    goal is < 20 ms during a cycle too. Peer: the same load against a
     static tornado handler in its own process returning bytes of the same sizes (the HTTP floor).
   * Throughput: ``--clients`` (8) clients back to back until every endpoint had ``--requests`` (1,000)
     answers; req/s against the same peer, and the p99 at that saturation (queueing, not a goal).
@@ -460,6 +463,13 @@ class Endpoint:
     path: str  # under the prefix
     token: str
     size: int = 0
+    weight: int = 1  # turns in each round of the mix
+
+
+def mix(endpoints: Sequence[Endpoint]) -> list[Endpoint]:
+    """One round of the weighted round-robin: each endpoint ``weight`` times, interleaved."""
+    most = max(e.weight for e in endpoints)
+    return [e for k in range(most) for e in endpoints if e.weight > k]
 
 
 @dataclass
@@ -490,6 +500,7 @@ async def run_load(
     answers (and, with ``svc``, at least ``min_cycles`` cycles ran meanwhile)."""
     load = Load()
     counts = dict.fromkeys((e.name for e in endpoints), 0)
+    endpoints = mix(endpoints)
     cycles_done = asyncio.Event()
     if not min_cycles:
         cycles_done.set()
@@ -552,6 +563,7 @@ async def run_open_load(
     send time, so a stalled server is not hidden by clients that wait for it (coordinated omission)."""
     load = Load()
     rng = random.Random(7)
+    endpoints = mix(endpoints)
     connector = aiohttp.TCPConnector(limit=256)
     async with aiohttp.ClientSession(connector=connector) as session:
         start_cycles = (await status(session, svc))["cycles"] if svc else 0
@@ -730,6 +742,47 @@ def emit_headline(rows: Sequence[Row], nodes: int, workspaces: int) -> None:
     )
 
 
+def cycle_rows(steady: Load, floor_open: Load, endpoints: Sequence[Endpoint]) -> list[Row]:
+    """The open-loop latencies of requests that overlapped a collection cycle, and of the others."""
+
+    def lat(load: Load, name: str | None = None, q: float = 0.99) -> float:
+        return pct([s.ms for s in load.samples if name is None or s.endpoint == name], q)
+
+    rows: list[Row] = []
+    in_cycle = [s.ms for s in steady.samples if during_cycle(s, steady.cycles)]
+    between = [s.ms for s in steady.samples if not during_cycle(s, steady.cycles)]
+    if in_cycle:
+        rows.append(Row("  p50 during a cycle", pct(in_cycle, 0.5), lat(floor_open, q=0.5), "ms"))
+        rows.append(
+            Row(
+                f"  p99 during a cycle (n={len(in_cycle)})",
+                pct(in_cycle, 0.99),
+                lat(floor_open),
+                "ms",
+                GOAL_P99_MS,
+            )
+        )
+        rows.append(Row("  max during a cycle", max(in_cycle), max(s.ms for s in floor_open.samples), "ms"))
+        for e in endpoints:
+            mine = [s.ms for s in steady.samples if s.endpoint == e.name and during_cycle(s, steady.cycles)]
+            if mine:
+                rows.append(
+                    Row(f"    p99 {e.name} during cycles (n={len(mine)})", pct(mine, 0.99), None, "ms")
+                )
+    if between:
+        rows.append(
+            Row(
+                f"  p99 between cycles (n={len(between)})",
+                pct(between, 0.99),
+                lat(floor_open),
+                "ms",
+                GOAL_P99_MS,
+            )
+        )
+        rows.append(Row("  p50 between cycles", pct(between, 0.5), lat(floor_open, q=0.5), "ms"))
+    return rows
+
+
 # ---------------------------------------------------------------------------------------- main
 async def bench(opts: argparse.Namespace, tmp: Path) -> int:
     print(
@@ -762,10 +815,22 @@ async def bench(opts: argparse.Namespace, tmp: Path) -> int:
                 Endpoint("nodes (admin)", "api/v1/nodes", ADMIN_TOKEN),
                 Endpoint("workspaces (admin, all rows)", "api/v1/workspaces", ADMIN_TOKEN),
                 Endpoint("workspaces (a user)", "api/v1/workspaces", USER_TOKEN),
-                Endpoint("workspace detail (a user)", f"api/v1/workspaces/{user}/{server}", USER_TOKEN),
+                # what JupyterLab's status bar polls (issue 18), through the server extension
+                Endpoint(
+                    "workspace detail (a user)", f"api/v1/workspaces/{user}/{server}", USER_TOKEN, weight=3
+                ),
                 Endpoint("top (admin)", "api/v1/top", ADMIN_TOKEN),
                 # what a spawn page polls for each GPU profile's card (issue 18)
-                Endpoint("availability (a user)", f"api/v1/availability?{AVAILABILITY}", USER_TOKEN),
+                Endpoint(
+                    "availability (a user)", f"api/v1/availability?{AVAILABILITY}", USER_TOKEN, weight=3
+                ),
+                # the JupyterLab panel's last hour, and the service's status
+                Endpoint(
+                    "trends (a user, 1 h)",
+                    f"api/v1/trends?series=user:{user}:gpu_util,user:{user}:gpus&window=1h",
+                    USER_TOKEN,
+                ),
+                Endpoint("status (a user)", "api/v1/status", USER_TOKEN),
             ]
             for e in endpoints:
                 async with session.get(svc.base + e.path, headers=_auth(e.token)) as r:
@@ -848,28 +913,7 @@ async def bench(opts: argparse.Namespace, tmp: Path) -> int:
     for e in endpoints:
         rows.append(Row(f"  p99 {e.name}", lat(steady, e.name), lat(floor_open, e.name), "ms", GOAL_P99_MS))
     in_cycle = [s.ms for s in steady.samples if during_cycle(s, steady.cycles)]
-    between = [s.ms for s in steady.samples if not during_cycle(s, steady.cycles)]
-    if in_cycle:
-        rows.append(
-            Row(
-                f"  p99 during a cycle (n={len(in_cycle)})",
-                pct(in_cycle, 0.99),
-                lat(floor_open),
-                "ms",
-                GOAL_P99_MS,
-            )
-        )
-        rows.append(Row("  max during a cycle", max(in_cycle), max(s.ms for s in floor_open.samples), "ms"))
-    if between:
-        rows.append(
-            Row(
-                f"  p99 between cycles (n={len(between)})",
-                pct(between, 0.99),
-                lat(floor_open),
-                "ms",
-                GOAL_P99_MS,
-            )
-        )
+    rows.extend(cycle_rows(steady, floor_open, endpoints))
     rows.append(
         Row(
             f"throughput, {opts.clients} clients back to back",

@@ -81,6 +81,12 @@ def _env_float(name: str, default: float) -> float:
     return float(os.environ.get(name) or default)
 
 
+def _positive_int(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and 0 < len(text) <= 4 and int(text) > 0):  # noqa: PLR2004
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to 9999, not {text[:20]!r}")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     env = os.environ.get
     p = argparse.ArgumentParser(prog=SERVICE, description=__doc__.split("\n\n")[0])
@@ -132,6 +138,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--scrape-timeout", type=float, default=5.0, help="seconds per scrape or query")
     p.add_argument(
+        "--scrape-concurrency",
+        type=_positive_int,
+        default=8,
+        help="scrapes in flight at once (more: a cycle's answers arrive together and API requests wait "
+        "for the event loop meanwhile; fewer: longer cycles when nodes are slow to answer)",
+    )
+    p.add_argument(
         "--idle-threshold",
         type=float,
         default=_env_float("GPUWS_ATTRIBUTION_IDLE_PERCENT", 5.0),
@@ -181,6 +194,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         kubelet_port=args.kubelet_port,
         kubelet_ca=Path(args.kubelet_ca) if args.kubelet_ca else None,
         timeout_s=args.scrape_timeout,
+        scrape_concurrency=args.scrape_concurrency,
         prometheus_url=args.prometheus_url,
         prometheus_token=token,
     )

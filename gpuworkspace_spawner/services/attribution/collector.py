@@ -36,6 +36,7 @@ from .aggregate import AccountEntry, Accounting, group_totals, top_consumers
 from .availability import Need, NodeCapacity, availability_json, decide_availability, node_capacities
 from .history import History, series_of
 from .model import Observation, WorkspaceFigures
+from .offloading import off_loop
 from .recent import RecentUsage
 from .rules import Attribution, attribute
 from .sources import Source
@@ -223,17 +224,15 @@ class Collector:
                 obs = replace(obs, failed_sources=(*obs.failed_sources, self.groups.error))
         # The pure work runs on a thread: the event loop keeps answering the API meanwhile (the
         # service sets a short GIL switch interval, so a request waits at most about a millisecond).
-        result = await asyncio.to_thread(attribute, obs, idle_util_percent=self.idle_util_percent)
+        result = await off_loop(attribute, obs, idle_util_percent=self.idle_util_percent)
         dt = now - self.snapshot.at if self.snapshot is not None else 0.0
         if dt > 4 * self.interval_s:  # a stall (or the first cycle): do not bill the gap
             dt = self.interval_s
-        snapshot, series = await asyncio.to_thread(
-            self._account_and_render, now, dt, obs, result, groups_of_user
-        )
+        snapshot, series = await off_loop(self._account_and_render, now, dt, obs, result, groups_of_user)
         self.history.record(now, series)  # on the loop: the trends API reads the history
         replaced, self.snapshot = [self.snapshot], snapshot
         # Freeing the replaced snapshot at once (~300,000 objects) stopped the loop for ~0.1 s.
-        await asyncio.to_thread(release_gradually, replaced)
+        await off_loop(release_gradually, replaced)
         self._count(obs, time.monotonic() - started, time.process_time() - cpu0, now)
         self.updated.set()
         return snapshot

@@ -6,7 +6,6 @@ bytes) and filtered by :mod:`.access`; errors are ``{"status", "message"}`` like
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -32,6 +31,7 @@ from .aggregate import RANKINGS
 from .availability import parse_need
 from .collector import Collector, Snapshot
 from .metrics import AttributionMetrics
+from .offloading import off_loop
 from .recent import recent_json
 from .sources import PrometheusQueries
 from .views import server_from_path, top_json
@@ -366,7 +366,7 @@ class State:
         ~0.1 s of the event loop per scrape."""
         key = (id(self.collector.snapshot), self.collector.stats.cycles)
         if self._metrics is None or self._metrics[0] != key:
-            self._metrics = (key, await asyncio.to_thread(generate_latest, self.registry))
+            self._metrics = (key, await off_loop(generate_latest, self.registry))
         return self._metrics[1]
 
     async def trend(self, name: str, since: float, until: float) -> list[tuple[float, float]]:

@@ -4,16 +4,17 @@ the node agent, or Prometheus.
 - Nodes and workspace pods (label ``gpuworkspace.dev/user``; a VM's virt-launcher pod carries its VM's
   labels) are kept by list + watch through :mod:`gpuworkspace_spawner.k8s.observing`; no polling.
 - dcgm-exporter and the node agent are found through the EndpointSlices of their Services and scraped
-  concurrently each cycle; the kubelets' ``/metrics/resource`` on each node's InternalIP gives CPU (a
-  rate between two scrapes) and memory. The kubelets get the service's token only over TLS verified
+  each cycle, ``scrape_concurrency`` at a time (default 8); the kubelets' ``/metrics/resource`` on each
+  node's InternalIP gives CPU (a rate between two scrapes) and memory. The kubelets get the service's token only over TLS verified
   against the cluster CA (:mod:`..kubelets`: never a token to an unverified peer).
 - With a Prometheus URL, instant queries (:data:`.parsing.PROMQL`) replace the scrapes.
 
 Scraped texts are cut to the families the parsers use (:func:`metric_lines`) before
 ``prometheus_client``'s parser sees them: dcgm-exporter sends about 25 families with the pod's labels
 on every series, of which 7 are read (at 64 nodes x 8 GPUs that is 11.6 MB a cycle, 2.5 s of parser
-CPU; 3.2 MB and 0.7 s after the cut). Cutting and parsing run on worker threads, one text at a time,
-so the event loop keeps answering the API during a cycle (they held it up to ~20 ms a node).
+CPU; 3.2 MB and 0.7 s after the cut). Cutting and parsing run on the collector's worker thread
+(:mod:`.offloading`), one text at a time, so the event loop keeps answering the API during a cycle
+(they held it up to ~20 ms a node).
 
 A source that fails is named in ``Observation.failed_sources``; the cycle goes on with the others.
 """
@@ -44,6 +45,7 @@ from ..kubelets import (
 )
 from . import parsing
 from .model import ContainerUsage, DeviceSample, NodeInfo, Observation, ProcessSample, WorkspacePod
+from .offloading import off_loop
 
 log = logging.getLogger("gpuworkspace.attribution")
 UsageKey = tuple[str, str]
@@ -102,6 +104,7 @@ class Settings:
     prometheus_url: str = ""
     prometheus_token: str = ""
     max_clients: int = 64
+    scrape_concurrency: int = 8  # scrapes in flight at once (a cycle's answers would arrive together)
 
 
 class Http:
@@ -174,6 +177,7 @@ class KubernetesSource:
         self._usage_prev: dict[UsageKey, tuple[float, float, float | None]] = {}
         self._usage_prev_at: float | None = None
         self._pod_cache: tuple[int, tuple[WorkspacePod, ...]] = (-1, ())
+        self._scrape_slots = asyncio.Semaphore(max(1, settings.scrape_concurrency))
         self._node_cache: tuple[int, tuple[NodeInfo, ...]] = (-1, ())
 
     async def start(self) -> None:
@@ -243,9 +247,16 @@ class KubernetesSource:
 
     async def _get_cut(self, url: str | HTTPRequest, families: Iterable[str] | None) -> str:
         """A scrape cut to ``families`` (:func:`metric_lines`) as soon as it arrives, so that only
-        the cut texts of a cycle's scrapes are held at once, not the whole ones."""
-        text = await self.http.get(url)
-        return text if families is None else await asyncio.to_thread(metric_lines, text, families)
+        the cut texts of a cycle's scrapes are held at once, not the whole ones.
+
+        At most ``scrape_concurrency`` scrapes are in flight (waiting for a slot does not count
+        toward a scrape's timeout): with all 128 of a 64-node cycle at once, their answers arrived
+        together and the event loop spent up to 60 ms in one turn reading them while API requests
+        waited; eight at a time keep each turn short and the cycle as long as before.
+        """
+        async with self._scrape_slots:
+            text = await self.http.get(url)
+            return text if families is None else await off_loop(metric_lines, text, families)
 
     async def _scrape(
         self,
@@ -285,9 +296,7 @@ class KubernetesSource:
         devices: list[DeviceSample] = []
         for endpoint, text in texts:
             try:
-                devices.extend(
-                    await asyncio.to_thread(parsing.parse_dcgm, text, endpoint.node, self._series["dcgm"])
-                )
+                devices.extend(await off_loop(parsing.parse_dcgm, text, endpoint.node, self._series["dcgm"]))
             except ValueError as exc:
                 errors.append(f"dcgm {endpoint.node}: unparsable metrics: {exc}")
         return devices, errors
@@ -347,7 +356,7 @@ class KubernetesSource:
                 continue
             try:
                 current.update(
-                    await asyncio.to_thread(parsing.parse_resource_metrics, result, self._series["kubelet"])
+                    await off_loop(parsing.parse_resource_metrics, result, self._series["kubelet"])
                 )
             except ValueError as exc:
                 errors.append(f"kubelet {node.name}: unparsable metrics: {exc}")
