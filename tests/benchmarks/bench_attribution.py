@@ -27,11 +27,11 @@ How it measures
   * RSS: VmRSS and VmHWM from ``/proc/<pid>/status`` of the service and any children, after the idle
     cycles and again after the load. Peer: a Python process that only imports the service's modules.
   * API latency (the goal's figure): requests at a fixed mean rate (``--rate``, 100/s: far more than
-    a hub's dashboards make; Poisson arrivals, open loop) over eight endpoints in a weighted
-    round-robin that follows who polls what (issue 18): 3 in 14 a spawn page's availability for whole
-    GPUs as a user, 3 in 14 one workspace's detail as its user (JupyterLab's status bar), 1 in 14 each
-    the user's trends (the panel's last hour), status, workspaces as a user, nodes, workspaces as
-    admin (every row) and top as admin; for at least ``--open-s`` (20) seconds and ``--load-cycles``
+    a hub's dashboards make; Poisson arrivals, open loop) over nine endpoints in a weighted
+    round-robin that follows who polls what (issue 18): 3 in 15 a spawn page's availability for whole
+    GPUs as a user, 3 in 15 one workspace's detail as its user (JupyterLab's status bar), 1 in 15 each
+    that workspace's last hour (JupyterLab's usage panel), the user's trends, status, workspaces as a
+    user, nodes, workspaces as admin (every row) and top as admin; for at least ``--open-s`` (20) seconds and ``--load-cycles``
     (2) collector cycles. Latency counts from each request's scheduled send time (no coordinated
     omission). Requests that overlapped a cycle's wall window (polled from ``api/v1/status``) are
     shown apart (p50 and p99 during and between cycles, and each endpoint's p99 during cycles): the
@@ -831,6 +831,12 @@ async def bench(opts: argparse.Namespace, tmp: Path) -> int:
                     USER_TOKEN,
                 ),
                 Endpoint("status (a user)", "api/v1/status", USER_TOKEN),
+                # the JupyterLab usage panel's plots: this workspace's last hour, while the panel is open
+                Endpoint(
+                    "workspace history (a user, 1 h)",
+                    f"api/v1/workspaces/{user}/{server}/history",
+                    USER_TOKEN,
+                ),
             ]
             for e in endpoints:
                 async with session.get(svc.base + e.path, headers=_auth(e.token)) as r:
