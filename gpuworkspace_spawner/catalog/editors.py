@@ -21,9 +21,6 @@ from typing import Any, cast
 from .model import IDES, Ide
 
 Finding = tuple[str, str]
-EDITORS_ENV = (
-    "GPUWS_EDITORS"  # every workspace's environment: what its image declares (JupyterLab's launcher)
-)
 DEFAULT_EDITORS: tuple[Ide, ...] = ("jupyterlab",)
 CONTRACT = "docs/reference/image-contract.md"
 _NEEDS: dict[str, str] = {
@@ -84,10 +81,3 @@ def check_editors(spec: Mapping[str, Any], settings: object = None) -> Iterator[
             f"that contains {_NEEDS.get(editor, editor)} may declare it (see {CONTRACT}), else remove "
             f"{editor!r} here",
         )
-
-
-def editors_env(editors: tuple[Ide, ...]) -> dict[str, str]:
-    """The workspace's ``$GPUWS_EDITORS``: the editors its profile's image declares, in ``IDES`` order,
-    e.g. ``code-server,jupyterlab``. JupyterLab's launcher shows "Open VS Code" only where it names
-    code-server (gpuworkspace_spawner/labextension/editors.py)."""
-    return {EDITORS_ENV: ",".join(editors)}

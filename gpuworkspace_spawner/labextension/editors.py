@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-EDITORS_ENV = "GPUWS_EDITORS"  # the spawner's (catalog.editors.EDITORS_ENV)
+EDITORS_ENV = "GPUWS_EDITORS"  # the spawner's (manifests.conventions.EDITORS_ENV)
 PAGE_OPTION = "gpuworkspaceEditors"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 

@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuworkspace_spawner.catalog.editors import editors_env
-from gpuworkspace_spawner.catalog.model import Checkpoints, WorkspaceProfile
+from gpuworkspace_spawner.catalog.model import Checkpoints, Ide, WorkspaceProfile
 from gpuworkspace_spawner.manifests.names import WorkspaceContext, dns_label
 from gpuworkspace_spawner.manifests.pod import HOME_VOLUME, NOTEBOOK_CONTAINER, TEAM_VOLUME_PREFIX
 
@@ -107,6 +106,18 @@ def convention_env(profile: WorkspaceProfile) -> dict[str, str]:
         if checkpoints.object_store_endpoint:
             env["GPUWS_CHECKPOINTS_ENDPOINT"] = checkpoints.object_store_endpoint
     return env
+
+
+EDITORS_ENV = (
+    "GPUWS_EDITORS"  # every workspace's environment: what its image declares (JupyterLab's launcher)
+)
+
+
+def editors_env(editors: tuple[Ide, ...]) -> dict[str, str]:
+    """The workspace's ``$GPUWS_EDITORS``: the editors its profile's image declares (catalog/editors.py),
+    in ``IDES`` order, e.g. ``code-server,jupyterlab``. JupyterLab's launcher shows "Open VS Code" only
+    where it names code-server (gpuworkspace_spawner/labextension/editors.py)."""
+    return {EDITORS_ENV: ",".join(editors)}
 
 
 def workspace_env(profile: WorkspaceProfile, *, catalog_version: str, ide: str) -> dict[str, str]:

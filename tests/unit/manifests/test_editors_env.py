@@ -7,9 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from gpuworkspace_spawner.catalog.editors import editors_env
 from gpuworkspace_spawner.labextension.editors import PAGE_OPTION, declared_editors, page_options
-from gpuworkspace_spawner.manifests.conventions import workspace_env
+from gpuworkspace_spawner.manifests.conventions import editors_env, workspace_env
 from gpuworkspace_spawner.manifests.vm import build_cloud_init_secret
 from tests.unit.manifests.test_vm import ENV, VM_WORKSTATION, _guest_env, vm_context
 
