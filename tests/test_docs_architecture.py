@@ -21,7 +21,8 @@ PAGE = REPO / "docs" / "explanation" / "architecture.md"
 CONFIGS = (REPO / "setup.cfg", REPO / "devcluster" / "setup.cfg")
 # where a path on the page may be read from: the repository, the package, the devcluster's distribution
 ROOTS = ("", "gpuworkspace_spawner", "devcluster", "devcluster/gpuworkspace_devcluster")
-SKIPPED = {".git", "node_modules", "build", "dist", "__pycache__", ".mypy_cache", ".ruff_cache", "_build"}
+# not the tree: version control, environments, dependencies and build output
+SKIPPED = {".git", ".venv", "node_modules", "jupyter-data", "build", "dist", "_build", "__pycache__"}
 
 _CODE = re.compile(r"`([^`\n]+)`")
 _PATH = re.compile(r"^[\w.*-]+(?:/[\w.*-]+)*/?$")
