@@ -1,4 +1,4 @@
-"""The workspace inside JupyterLab: a jupyter_server extension (and, later, a prebuilt JupyterLab extension).
+"""The workspace inside JupyterLab: a jupyter_server extension and its prebuilt JupyterLab extension.
 
 It runs in the single-user server only, never in the hub or the services. Its routes under the server's
 base URL:
@@ -6,6 +6,7 @@ base URL:
 - ``GET gpuworkspace/api/status``: this workspace's GPU, CPU and memory figures from the attribution
   service, the idle culler's active warnings for this server, and the home disk's use; a service that is
   down is ``{"available": false, "reason": ...}``, never an error;
+- ``GET gpuworkspace/api/history``: this workspace's last hour, for the usage panel's plots;
 - ``POST gpuworkspace/api/activity``: "I'm still working", recorded as the server's own activity and
   reported to the hub, as jupyterhub-singleuser reports activity.
 
