@@ -1,8 +1,9 @@
 """Audit records: one per workspace transition, as a JSON log line and a Kubernetes Event.
 
-Building the record and the Event is pure (:func:`build_audit_event`); the spawner sends the Event
-through the k8s gateway and logs the record with :func:`log_audit`; the services do both with
-:func:`gpuworkspace_spawner.services.auditing.record_audit`.
+Building the record and the Event is pure (:func:`build_audit_event`, :func:`audit_line`);
+:func:`write_audit` is the one way every emitter (the spawner's runtimes, each service) writes a record:
+the log line always, the Event when given an API client. :func:`log_audit` is its log-only half, for the
+hub's synchronous steps that never become Events.
 The log line goes to the ``gpuworkspace.audit`` logger as one JSON object, so a log pipeline can
 index it without parsing prose.
 """
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+from .k8s import KubernetesError, gateway
 
 AUDIT_LOGGER = "gpuworkspace.audit"
 COMPONENT = "gpuworkspace-spawner"
@@ -151,3 +155,27 @@ def audit_line(record: AuditRecord, *, now: datetime) -> str:
 def log_audit(record: AuditRecord, *, now: datetime, logger: logging.Logger | None = None) -> None:
     """One JSON line on ``logger`` (in the hub: the hub's own log), else the ``gpuworkspace.audit`` logger."""
     (logger or logging.getLogger(AUDIT_LOGGER)).info("audit %s", audit_line(record, now=now))
+
+
+async def write_audit(
+    record: AuditRecord,
+    *,
+    api: Any = None,
+    request_timeout: float = 30.0,
+    now: datetime | None = None,
+    logger: logging.Logger | None = None,
+) -> None:
+    """Log ``record`` (:func:`log_audit`), then, when ``api`` is given, create its Event in
+    ``record.namespace``. An Event the API refuses is logged as a warning and never fails the operation
+    it records (the log line was already written)."""
+    now = now or datetime.now(UTC)
+    log_audit(record, now=now, logger=logger)
+    if api is None:
+        return
+    event = build_audit_event(record, now=now, instance=socket.gethostname())
+    try:
+        await gateway.create_event(api, record.namespace, event, request_timeout=request_timeout)
+    except KubernetesError as exc:
+        (logger or logging.getLogger(AUDIT_LOGGER)).warning(
+            "Could not record audit event %s for %s: %s", record.action, record.name, exc
+        )

@@ -7,13 +7,11 @@ holds no state of its own.
 
 from __future__ import annotations
 
-import socket
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .audit import START_ACTIONS, Action, AuditRecord, build_audit_event, log_audit
-from .k8s import KubernetesError, gateway
+from .audit import START_ACTIONS, Action, AuditRecord, log_audit, write_audit
 from .limiting import new_disk_guard
 from .manifests.provenance import build_start_details
 from .retaining import retain_server_disks
@@ -64,18 +62,14 @@ class SpawnerPorts:
         """Log the record; write it as an Event too when ``audit_events`` asks (failures only logged)."""
         spawner = self._spawner
         record = self._record(action, kind, name, message, obj)
-        now = datetime.now(UTC)
-        log_audit(record, now=now, logger=self.log)
         disk_record = kind == "PersistentVolumeClaim" or action == "duplicate-pod-removed"
-        if spawner.audit_events == "none" or (spawner.audit_events == "disk" and not disk_record):
-            return
-        event = build_audit_event(record, now=now, instance=socket.gethostname())
-        try:
-            await gateway.create_event(
-                self.api, spawner.namespace, event, request_timeout=spawner.k8s_api_request_timeout
-            )
-        except KubernetesError as exc:
-            self.log.warning("Could not record audit event %s for %s: %s", action, name, exc)
+        events = spawner.audit_events == "all" or (spawner.audit_events == "disk" and disk_record)
+        await write_audit(
+            record,
+            api=self.api if events else None,
+            request_timeout=spawner.k8s_api_request_timeout,
+            logger=self.log,
+        )
 
     def rejected(self) -> bool:
         return bool(self._spawner._rejected)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..audit import AuditRecord
+from ..audit import AuditRecord, write_audit
 from ..k8s import Conflict, KubernetesError, NotFound, custom, gateway
 from ..k8s.custom import DATA_VOLUMES
 from ..lifecycle.retention import decide_reclaim, pods_using_claim
@@ -30,7 +30,6 @@ from ..manifests.names import (
     LABEL_DISK,
     LABEL_DISK_STATE,
 )
-from .auditing import record_audit
 from .reclaimstats import ReclaimStats, make_metrics_app
 
 log = logging.getLogger("gpuworkspace.reclaimer")
@@ -144,7 +143,7 @@ async def _delete(
         message=f"{'Root' if kind == 'DataVolume' else 'Home'} disk deleted: {reason}",
         uid=meta["uid"],
     )
-    await record_audit(api, record, request_timeout=request_timeout)
+    await write_audit(record, api=api, request_timeout=request_timeout)
     return Outcome(meta["name"], "deleted", reason, until)
 
 

@@ -1,5 +1,5 @@
-"""The services' one audit helper (services/auditing.py): a JSON log line always, an Event unless turned
-off, the actor named in the Event's message, and an Event the API refuses never fails the operation."""
+"""The one audit function (audit.write_audit) every emitter uses: a JSON log line always, an Event when
+given an API client, the actor named in the Event's message, and an Event the API refuses never fails the operation."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpuworkspace_spawner.audit import AuditRecord, build_audit_event
-from gpuworkspace_spawner.services.auditing import record_audit
+from gpuworkspace_spawner.audit import AuditRecord, build_audit_event, write_audit
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
@@ -65,7 +64,7 @@ def _audit_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 async def test_the_record_is_logged_and_sent_as_an_event(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gpuworkspace.audit")
     api = _Api(201)
-    await record_audit(api, _record("alice"), request_timeout=5)
+    await write_audit(_record("alice"), api=api, request_timeout=5)
     [(namespace, event)] = api.events
     assert namespace == "gpu-workspaces" and event["involvedObject"]["name"] == "alice-train-x1"
     assert [line["actor"] for line in _audit_lines(caplog)] == ["alice"]
@@ -73,7 +72,7 @@ async def test_the_record_is_logged_and_sent_as_an_event(caplog: pytest.LogCaptu
 
 async def test_a_refused_event_is_a_warning_not_a_failure(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gpuworkspace.audit")
-    await record_audit(_Api(403), _record("alice"), request_timeout=5)
+    await write_audit(_record("alice"), api=_Api(403), request_timeout=5)
     assert len(_audit_lines(caplog)) == 1
     assert any(
         r.levelno == logging.WARNING and "Could not record audit event job-cancelled" in r.getMessage()
@@ -81,8 +80,7 @@ async def test_a_refused_event_is_a_warning_not_a_failure(caplog: pytest.LogCapt
     )
 
 
-async def test_events_turned_off_only_log(caplog: pytest.LogCaptureFixture) -> None:
+async def test_without_an_api_client_it_only_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gpuworkspace.audit")
-    api = _Api(201)
-    await record_audit(api, _record(), events=False, request_timeout=5)
-    assert api.events == [] and len(_audit_lines(caplog)) == 1
+    await write_audit(_record(), request_timeout=5)
+    assert len(_audit_lines(caplog)) == 1

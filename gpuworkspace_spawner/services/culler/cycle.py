@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...audit import Action as AuditAction
-from ...audit import AuditRecord, log_audit
+from ...audit import AuditRecord, write_audit
 from .gpusource import GpuReading, GpuSource
 from .hubapi import HttpError, HubApi, RunningServer
 from .model import Action, Decision, Reason, Workspace
@@ -103,7 +103,7 @@ class Culler:
         stopped = len(stops)
         if not self.state.dry_run:
             for decision in decisions:
-                self._apply_warnings(by_key[decision.key], decision, readings.get(decision.key), now)
+                await self._apply_warnings(by_key[decision.key], decision, readings.get(decision.key), now)
         # the warnings given and the decisions change together, before the stops' awaits (save-first,
         # the hub): the API never shows warnings withdrawn beside the decision that gave them
         self._record(workspaces, decisions, readings)
@@ -216,16 +216,16 @@ class Culler:
                 message=f"kept: the arbiter hook failed ({e}); {decision.message}",
             )
 
-    def _apply_warnings(
+    async def _apply_warnings(
         self, ws: Workspace, decision: Decision, reading: GpuReading | None, now: datetime
     ) -> None:
         book = self.state.book
         if decision.cancels_warnings and book.given(ws.key):
             book.clear(ws.key)
-            self._audit(AUDIT_WITHDRAWN, ws, decision, reading, now)
+            await self._audit(AUDIT_WITHDRAWN, ws, decision, reading, now)
         if decision.action is Action.WARN:
             warning = book.record(decision, now=now)
-            self._audit(AUDIT_WARNED, ws, decision, reading, now, stage=warning.stage)
+            await self._audit(AUDIT_WARNED, ws, decision, reading, now, stage=warning.stage)
 
     async def _stop(
         self,
@@ -251,10 +251,10 @@ class Culler:
         self.state.book.clear(ws.key)
         self.state.stopped.append((now, decision))
         del self.state.stopped[:-RECENT_STOPS]
-        self._audit(AUDIT_STOPPED, ws, decision, reading, now, outcome=outcome, checkpointed=saved)
+        await self._audit(AUDIT_STOPPED, ws, decision, reading, now, outcome=outcome, checkpointed=saved)
         return 1
 
-    def _audit(
+    async def _audit(
         self,
         action: AuditAction,
         ws: Workspace,
@@ -283,7 +283,7 @@ class Culler:
                 **details,
             },
         )
-        log_audit(record, now=now)
+        await write_audit(record, now=now)  # the hub API stops it: no Kubernetes client, no Event
 
     def _record(
         self, workspaces: Sequence[Workspace], decisions: Sequence[Decision], readings: dict[Key, GpuReading]

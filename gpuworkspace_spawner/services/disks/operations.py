@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ...audit import Action, AuditRecord
+from ...audit import Action, AuditRecord, write_audit
 from ...catalog import CatalogSource
 from ...k8s import Conflict, KubernetesError, NotFound, gateway, storage
 from ...lifecycle.diskops import (
@@ -49,7 +49,6 @@ from ...manifests.names import (
     label_value,
 )
 from .. import access
-from ..auditing import record_audit
 from ..serving import ServiceError
 from . import rootdisks
 from .metrics import VolumeStats
@@ -197,7 +196,7 @@ class DiskOperations:
 
     async def audit(self, action: Action, claim: Obj, message: str, caller: Obj, **details: Any) -> None:
         record = self._record(action, claim, message, caller, **details)
-        await record_audit(self.api, record, events=self.settings.events, request_timeout=self._rt)
+        await write_audit(record, api=self.api if self.settings.events else None, request_timeout=self._rt)
 
     async def _refuse(self, verdict: Verdict, claim: Obj, caller: Obj, operation: str) -> ServiceError:
         await self.audit("disk-operation-refused", claim, f"{operation} refused: {verdict.reason}", caller)

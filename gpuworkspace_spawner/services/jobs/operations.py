@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...audit import Action, AuditRecord
+from ...audit import Action, AuditRecord, write_audit
 from ...catalog import CatalogSource
 from ...catalog.model import WorkspaceProfile
 from ...jobs.manifests import (
@@ -44,7 +44,6 @@ from ...manifests.names import (
     image_digest,
 )
 from .. import access
-from ..auditing import record_audit
 from ..serving import ServiceError
 
 log = logging.getLogger("gpuworkspace.jobs")
@@ -121,7 +120,7 @@ class JobOperations:
             details=details,
             actor=access.who(caller),
         )
-        await record_audit(self.api, record, events=self.settings.events, request_timeout=self._rt)
+        await write_audit(record, api=self.api if self.settings.events else None, request_timeout=self._rt)
 
     # ------------------------------------------------------------------------ submit
     async def _home(self, identity: WorkspaceIdentity) -> Obj:
