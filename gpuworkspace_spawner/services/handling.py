@@ -1,9 +1,12 @@
-"""The JSON API handler every hub service here builds on: the caller from the hub (HubAuth), a 403 for a
-token that grants nothing on this service, changes only with a token (never a cookie alone), bounded JSON
-bodies with named fields, errors as JupyterHub's API writes them, Kubernetes failures as 502/500.
+"""The handler every hub service here builds on (the services' kit): the caller from the hub (HubAuth or
+HubOAuth), a 403 for a token that grants nothing on this service, changes only with a token (never a
+cookie alone), bounded JSON bodies with named fields, errors as JupyterHub's API writes them (or as plain
+text on a page), Kubernetes failures as 502/500.
 
-A handler's ``ops`` is its service's operations object; what this needs of it is
-``ops.settings.service_name``."""
+:class:`ServiceHandler` is the base of every service's handlers (attribution, culler, disks, jobs); it
+needs ``hub_auth`` and :attr:`~ServiceHandler.service_name` from its service. :class:`ApiHandler` is the
+one for services whose handlers share an operations object ``ops`` (disks, jobs): what it needs of it
+is ``ops.settings.service_name``."""
 
 from __future__ import annotations
 
@@ -12,42 +15,64 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from jupyterhub.services.auth import HubOAuth
+
 from ..k8s import KubernetesError, Unavailable
 from . import access
-from .serving import JsonErrors, ServiceError
+from .serving import JsonErrors, ServiceError, login_url
 
 log = logging.getLogger("gpuworkspace.services")
 MAX_BODY = 16 * 1024
+NO_CREDENTIALS = "missing or invalid credentials: send 'Authorization: token <hub token>'"
 
 
-class ApiHandler(JsonErrors):
-    """JSON in and out; errors as ``{"status", "message"}`` like JupyterHub's own API."""
+class ServiceHandler(JsonErrors):
+    """JSON in and out; errors as ``{"status", "message"}`` like JupyterHub's own API (plain text
+    ``status: message`` where :attr:`answers_json` is off: a page)."""
 
     hub_auth: Any
     caller: dict[str, Any]
     max_body = MAX_BODY  # a service whose bodies are larger sets its own
     needs_service_access = True  # refuse a token that grants nothing here (access.grants_anything_here)
+    browser_login = False  # without credentials, send a browser's GET to the hub's login (HubOAuth only)
+    answers_json = True  # False: a page (HTML), its errors as plain text
+    no_credentials = NO_CREDENTIALS  # the 403's message without credentials
 
-    def initialize(self, ops: Any, hub_auth: Any) -> None:
-        self.ops, self.hub_auth = ops, hub_auth
+    @property
+    def service_name(self) -> str:
+        """The name the ``access:services!service=`` scope carries for this service."""
+        raise NotImplementedError
 
     def check_xsrf_cookie(self) -> None:
         """Changes need a token (Authorization header), never only a cookie: no cross-site writes."""
 
     async def prepare(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        model = await self.hub_auth.get_user(self, sync=False)
-        if not model:
-            raise ServiceError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
-        if self.needs_service_access and not access.grants_anything_here(
-            model, self.ops.settings.service_name
-        ):
-            raise ServiceError(403, access.access_refused(model, self.ops.settings.service_name))
+        if self.answers_json:
+            self.set_header("Content-Type", "application/json")
+            self.set_header("Cache-Control", "no-store")
+        if not await self.identify():
+            return
         token_auth = getattr(self, "_token_authenticated", False)
         if self.request.method not in ("GET", "HEAD") and not token_auth:
             raise ServiceError(403, "changes need a token in the Authorization header, not a cookie")
+
+    async def identify(self) -> bool:
+        """Set :attr:`caller` from the hub; False when a browser was sent to log in (answered)."""
+        model = await self.hub_auth.get_user(self, sync=False)
+        if not model:
+            if (
+                self.browser_login
+                and isinstance(self.hub_auth, HubOAuth)
+                and self.request.method == "GET"
+                and "Authorization" not in self.request.headers
+            ):
+                self.redirect(login_url(self, self.hub_auth))
+                return False
+            raise ServiceError(403, self.no_credentials)
+        if self.needs_service_access and not access.grants_anything_here(model, self.service_name):
+            raise ServiceError(403, access.access_refused(model, self.service_name))
         self.caller = model
+        return True
 
     def json_body(self) -> dict[str, Any]:
         """The request's JSON object (``{}`` for none), at most ``max_body`` bytes."""
@@ -79,8 +104,17 @@ class ApiHandler(JsonErrors):
         return body
 
     def reply(self, obj: Any, status: int = 200) -> None:
+        """``obj`` as JSON (keys sorted); bytes are sent as they are (JSON built beforehand)."""
         self.set_status(status)
-        self.finish(json.dumps(obj, sort_keys=True))
+        self.finish(obj if isinstance(obj, bytes) else json.dumps(obj, sort_keys=True))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if self.answers_json:
+            super().write_error(status_code, **kwargs)
+            return
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {self.error_message(exc)}")
 
     def error_message(self, exc: BaseException | None) -> str:
         if isinstance(exc, KubernetesError):
@@ -95,3 +129,14 @@ class ApiHandler(JsonErrors):
             )
             return
         super()._handle_request_exception(e)
+
+
+class ApiHandler(ServiceHandler):
+    """A handler of a service whose handlers share one operations object (disks, jobs)."""
+
+    def initialize(self, ops: Any, hub_auth: Any) -> None:
+        self.ops, self.hub_auth = ops, hub_auth
+
+    @property
+    def service_name(self) -> str:
+        return str(self.ops.settings.service_name)

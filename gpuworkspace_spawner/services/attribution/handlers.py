@@ -6,7 +6,6 @@ bytes) and filtered by :mod:`.access`; errors are ``{"status", "message"}`` like
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Mapping
@@ -18,14 +17,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 
 from ..access import (
-    access_refused,
-    grants_anything_here,
     may_read_metrics,
     may_use_service,
     reads_every_server,
     who,
 )
-from ..serving import JsonErrors, ServiceError, login_url, shown
+from ..handling import ServiceHandler
+from ..serving import ServiceError, login_url, shown
 from . import access, dashboard
 from .aggregate import RANKINGS
 from .availability import parse_need
@@ -44,17 +42,16 @@ MAX_WINDOW_S = 366 * 86400
 DEFAULT_TRENDS = ("cluster:gpu_util", "cluster:gpus_allocated", "cluster:gpus_busy")
 
 
-class Base(JsonErrors):
-    """Shared state; errors as ``{"status", "message"}`` like JupyterHub's own API."""
-
-    caller: dict[str, Any]
+class Base(ServiceHandler):
+    """Shared state; the kit's caller, access and JSON errors (:class:`..handling.ServiceHandler`)."""
 
     def initialize(self, state: State) -> None:
         self.state = state
+        self.hub_auth = state.hub_auth
 
     @property
-    def hub_auth(self) -> Any:
-        return self.state.hub_auth
+    def service_name(self) -> str:
+        return str(self.state.service)
 
     def snapshot(self) -> Snapshot:
         snap = self.state.collector.snapshot
@@ -66,27 +63,12 @@ class Base(JsonErrors):
 class ApiHandler(Base):
     """JSON API: any hub token (or this service's OAuth cookie) identifies the caller; scopes decide."""
 
-    needs_service_access = True  # refuse a token that grants nothing here (access.grants_anything_here)
-
-    async def prepare(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        model = await self.hub_auth.get_user(self, sync=False)
-        if not model:
-            raise ServiceError(403, "missing or invalid credentials: send 'Authorization: token <hub token>'")
-        if self.needs_service_access and not grants_anything_here(model, self.state.service):
-            raise ServiceError(403, access_refused(model, self.state.service))
-        self.caller = model
-
     def may_read_user(self, user: str) -> bool:
         return access.may_read_user(self.caller, user, service=self.state.service)
 
     def me(self) -> str | None:
         kind, name = self.caller.get("kind", "user"), self.caller.get("name")
         return str(name) if kind == "user" and name else None
-
-    def reply(self, body: bytes | dict[str, Any]) -> None:
-        self.finish(body if isinstance(body, bytes) else json.dumps(body, sort_keys=True))
 
     def compute_etag(self) -> None:
         """No ETag: answers are ``no-store`` and up to megabytes; hashing each cost more than sending it."""

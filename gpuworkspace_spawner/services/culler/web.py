@@ -15,7 +15,6 @@ JupyterHub's own API (:class:`..serving.JsonErrors`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,14 +28,13 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..access import (
-    access_refused,
-    grants_anything_here,
     may_read,
     may_use_service,
     reads_every_server,
     who,
 )
-from ..serving import JsonErrors, ServiceError, hub_prefix, login_url
+from ..handling import ServiceHandler
+from ..serving import ServiceError, hub_prefix
 from .model import Action, Decision, Effective, Policy, Warning
 from .state import CullerState, CycleReport, Key
 
@@ -340,42 +338,31 @@ class Site:
     clock: Callable[[], datetime]
 
 
-class Base(JsonErrors):
-    browser_login = False  # without credentials, send a browser to the hub's login (HubOAuth only)
+class Base(ServiceHandler):
+    """The kit's caller, access and errors (:class:`..handling.ServiceHandler`); the caller as a :class:`Viewer`."""
+
+    no_credentials = (
+        "missing or invalid credentials: log in to the hub, or send 'Authorization: token <hub token>'"
+    )
     viewer: Viewer
 
     def initialize(self, site: Site) -> None:
         self.site = site
+        self.hub_auth = site.hub_auth
 
-    async def prepare(self) -> None:
-        model = await self.site.hub_auth.get_user(self, sync=False)
-        if model:
-            if not grants_anything_here(model, self.site.service):
-                raise ServiceError(403, access_refused(model, self.site.service))
-            self.viewer = Viewer(model, self.site.service)
-            return
-        if (
-            self.browser_login
-            and isinstance(self.site.hub_auth, HubOAuth)
-            and self.request.method == "GET"
-            and "Authorization" not in self.request.headers
-        ):
-            self.redirect(login_url(self, self.site.hub_auth))
-            return
-        raise ServiceError(
-            403,
-            "missing or invalid credentials: log in to the hub, or send 'Authorization: token <hub token>'",
-        )
+    @property
+    def service_name(self) -> str:
+        return self.site.service
+
+    async def identify(self) -> bool:
+        if not await super().identify():
+            return False
+        self.viewer = Viewer(self.caller, self.site.service)
+        return True
 
 
 class ApiHandler(Base):
-    async def prepare(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        await super().prepare()
-
-    def reply(self, body: Any) -> None:
-        self.finish(json.dumps(body, sort_keys=True))
+    """JSON API (the kit's defaults)."""
 
 
 class DecisionsHandler(ApiHandler):
@@ -414,6 +401,7 @@ class PageHandler(Base):
     """The status page (HTML); errors as plain text."""
 
     browser_login = True
+    answers_json = False
 
     async def prepare(self) -> None:
         await super().prepare()
@@ -421,11 +409,6 @@ class PageHandler(Base):
             raise ServiceError(
                 403, f"{who(self.viewer.model)} lacks access:services!service={self.site.service}"
             )
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = (kwargs.get("exc_info") or (None, None, None))[1]
-        self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(f"{status_code}: {self.error_message(exc)}")
 
     def get(self) -> None:
         site = self.site

@@ -33,7 +33,6 @@ from ..serving import (
     add_body_limit_argument,
     http_server,
     listen_address,
-    login_url,
     until_stopped,
 )
 from . import transfer
@@ -123,20 +122,11 @@ class UserDisksHandler(ApiHandler):
     login cookie goes round the hub's OAuth authorize (no page: ``oauth_no_confirm``) and back here, as
     the idle culler's notices do."""
 
+    browser_login = True
+
     def initialize(self, ops: DiskOperations, hub_auth: Any, threshold: float) -> None:  # type: ignore[override]
         super().initialize(ops, hub_auth)
         self.threshold = threshold
-
-    async def prepare(self) -> None:
-        browser = self.request.method == "GET" and "Authorization" not in self.request.headers
-        if (
-            browser
-            and isinstance(self.hub_auth, HubOAuth)
-            and not await self.hub_auth.get_user(self, sync=False)
-        ):
-            self.redirect(login_url(self, self.hub_auth))
-            return
-        await super().prepare()
 
     async def get(self, user: str) -> None:
         self.reply(await own_disks(self.ops, self.caller, user, threshold=self.threshold))
