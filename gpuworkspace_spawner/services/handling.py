@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuth
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..k8s import KubernetesError, Unavailable
 from . import access
@@ -37,6 +38,8 @@ class ServiceHandler(JsonErrors):
     browser_login = False  # without credentials, send a browser's GET to the hub's login (HubOAuth only)
     answers_json = True  # False: a page (HTML), its errors as plain text
     no_credentials = NO_CREDENTIALS  # the 403's message without credentials
+    scrape = False  # a ``/metrics`` route: a token with read:metrics (and nothing more) is enough
+    metrics_public = False  # with ``scrape``: started with ``--metrics-public``, no token at all
 
     @property
     def service_name(self) -> str:
@@ -47,6 +50,8 @@ class ServiceHandler(JsonErrors):
         """Changes need a token (Authorization header), never only a cookie: no cross-site writes."""
 
     async def prepare(self) -> None:
+        if self.scrape and self.metrics_public:
+            return
         if self.answers_json:
             self.set_header("Content-Type", "application/json")
             self.set_header("Cache-Control", "no-store")
@@ -55,6 +60,8 @@ class ServiceHandler(JsonErrors):
         token_auth = getattr(self, "_token_authenticated", False)
         if self.request.method not in ("GET", "HEAD") and not token_auth:
             raise ServiceError(403, "changes need a token in the Authorization header, not a cookie")
+        if self.scrape and not access.may_read_metrics(self.caller):
+            raise ServiceError(403, f"{access.who(self.caller)} lacks the read:metrics scope")
 
     async def identify(self) -> bool:
         """Set :attr:`caller` from the hub; False when a browser was sent to log in (answered)."""
@@ -69,7 +76,8 @@ class ServiceHandler(JsonErrors):
                 self.redirect(login_url(self, self.hub_auth))
                 return False
             raise ServiceError(403, self.no_credentials)
-        if self.needs_service_access and not access.grants_anything_here(model, self.service_name):
+        needs_access = self.needs_service_access and not self.scrape
+        if needs_access and not access.grants_anything_here(model, self.service_name):
             raise ServiceError(403, access.access_refused(model, self.service_name))
         self.caller = model
         return True
@@ -107,6 +115,11 @@ class ServiceHandler(JsonErrors):
         """``obj`` as JSON (keys sorted); bytes are sent as they are (JSON built beforehand)."""
         self.set_status(status)
         self.finish(obj if isinstance(obj, bytes) else json.dumps(obj, sort_keys=True))
+
+    def send_metrics(self, text: bytes) -> None:
+        """Prometheus' text format (a ``scrape`` route's answer)."""
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(text)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if self.answers_json:

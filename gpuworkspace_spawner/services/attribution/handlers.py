@@ -13,11 +13,9 @@ from typing import Any
 
 from jupyterhub.services.auth import HubOAuth
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 
 from ..access import (
-    may_read_metrics,
     may_use_service,
     reads_every_server,
     who,
@@ -243,17 +241,14 @@ class StatusHandler(ApiHandler):
 class MetricsHandler(ApiHandler):
     """Prometheus text; needs ``read:metrics`` unless started with ``--metrics-public``."""
 
-    needs_service_access = False  # a scraper's token needs read:metrics only (checked below)
+    scrape = True
 
-    async def prepare(self) -> None:
-        if not self.state.metrics_public:
-            await super().prepare()
-            if not may_read_metrics(self.caller):
-                raise ServiceError(403, f"{who(self.caller)} lacks the read:metrics scope")
+    def initialize(self, state: State) -> None:
+        super().initialize(state)
+        self.metrics_public = state.metrics_public
 
     async def get(self) -> None:
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.finish(await self.state.metrics_text())
+        self.send_metrics(await self.state.metrics_text())
 
 
 class DashboardHandler(Base):

@@ -19,7 +19,6 @@ from typing import Any
 from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 
 from ...catalog import CatalogError, CatalogSource
@@ -133,9 +132,9 @@ class UserDisksHandler(ApiHandler):
 
 
 class MetricsHandler(ApiHandler):
-    needs_service_access = False  # a scraper's token needs read:metrics only (checked below)
-
     """Prometheus text; needs a token with ``read:metrics`` unless started with ``--metrics-public``."""
+
+    scrape = True
 
     def initialize(  # type: ignore[override]  # tornado passes the route's keyword arguments
         self,
@@ -146,21 +145,14 @@ class MetricsHandler(ApiHandler):
         public: bool,
     ) -> None:
         super().initialize(ops, hub_auth)
-        self.registry, self.collector, self.public = registry, collector, public
-
-    async def prepare(self) -> None:
-        if not self.public:
-            await super().prepare()
-            if not access.may_read_metrics(self.caller):
-                raise ServiceError(403, f"{access.who(self.caller)} lacks the read:metrics scope")
+        self.registry, self.collector, self.metrics_public = registry, collector, public
 
     async def get(self) -> None:
         self.collector.claims = {
             (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in await self.ops.claims()
         }
         await self.ops.refresh_stats()  # on each scrape
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.finish(generate_latest(self.registry))
+        self.send_metrics(generate_latest(self.registry))
 
 
 def make_app(
