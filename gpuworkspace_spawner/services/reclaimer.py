@@ -31,6 +31,7 @@ from ..manifests.names import (
     LABEL_DISK_STATE,
 )
 from .reclaimstats import ReclaimStats, make_metrics_app
+from .serving import run_service
 
 log = logging.getLogger("gpuworkspace.reclaimer")
 RETAINED_SELECTOR = f"{LABEL_DISK}={DISK_HOME},{LABEL_DISK_STATE}={DISK_RETAINED}"
@@ -237,15 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="serve Prometheus metrics at /metrics on [HOST]:PORT (':9502': every interface; default: none)",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        return asyncio.run(
-            run(
-                args.namespace, once=args.once, dry_run=args.dry_run, metrics_listen=args.metrics_listen or ""
-            )
-        )
-    except KeyboardInterrupt:  # JupyterHub stops its managed services with SIGINT
-        return 0
+    listen = args.metrics_listen or ""
+    return run_service(run(args.namespace, once=args.once, dry_run=args.dry_run, metrics_listen=listen))
 
 
 if __name__ == "__main__":

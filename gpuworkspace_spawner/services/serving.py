@@ -1,15 +1,16 @@
 """What every HTTP hub service here does the same way: JSON errors, where to listen, a bound on request
-bodies, running until a signal."""
+bodies, its log lines, running until a signal."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # the services' JSON bodies are a few hundred bytes
 _HEADER_ROOM = 64 << 10  # read buffer room for the request line and headers, above the body limit
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 LINGER_S = 5.0  # after a 413: how long what the client still sends is read and dropped before closing
 
 
@@ -89,6 +91,26 @@ def listen_address(listen: str | None, default_port: int) -> tuple[str, int]:
         return host or "127.0.0.1", int(port)
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL") or f"http://127.0.0.1:{default_port}")
     return url.hostname or "127.0.0.1", url.port or default_port
+
+
+def log_as_a_service() -> None:
+    """Every service's log lines: time, logger, level and message, from INFO up."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+
+
+def run_service(
+    serve: Coroutine[Any, Any, int], *, refusals: tuple[type[Exception], ...] = (), refused: str = ""
+) -> int:
+    """A service's ``main``: log as every service does and run ``serve`` to its exit status. An exception
+    in ``refusals`` (an invalid catalog) ends the process with ``refused`` and its message, no traceback;
+    a SIGINT (JupyterHub stops its managed services so) is a clean exit."""
+    log_as_a_service()
+    try:
+        return asyncio.run(serve)
+    except refusals as exc:
+        raise SystemExit(f"{refused}:\n{exc}") from None
+    except KeyboardInterrupt:
+        return 0
 
 
 async def until_stopped() -> None:

@@ -11,7 +11,6 @@ ServiceAccount or ``KUBECONFIG``. Routes under the service prefix: the dashboard
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ctypes
 import logging
 import os
@@ -25,7 +24,14 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ...k8s.observing import load_config
-from ..serving import add_body_limit_argument, http_server, hub_prefix, listen_address, until_stopped
+from ..serving import (
+    add_body_limit_argument,
+    http_server,
+    hub_prefix,
+    listen_address,
+    run_service,
+    until_stopped,
+)
 from .collector import Collector, hub_groups_from_env
 from .handlers import (
     SERVICE,
@@ -265,8 +271,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return asyncio.run(serve(args))
+    return run_service(serve(args))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from traitlets import Bool, Dict, Float, Integer, List, Set, TraitError, Unicode
 from traitlets.config import Application
 
 from ...catalog import CatalogSource
-from ..serving import DEFAULT_MAX_BODY_BYTES, http_server, listen_address, until_stopped
+from ..serving import DEFAULT_MAX_BODY_BYTES, http_server, listen_address, log_as_a_service, until_stopped
 from .cycle import SERVICE, ArbiterHook, Culler, Options
 from .gpusource import GpuSource
 from .hubapi import Http, HttpError, HubApi
@@ -448,7 +448,7 @@ def summary(state: CullerState) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log_as_a_service()
     app = CullerApp()
     try:
         app.initialize(argv)  # traitlets logs a bad value ("Bad config ...") and exits 1

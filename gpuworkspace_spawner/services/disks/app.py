@@ -32,6 +32,7 @@ from ..serving import (
     add_body_limit_argument,
     http_server,
     listen_address,
+    run_service,
     until_stopped,
 )
 from . import transfer
@@ -329,11 +330,8 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        return asyncio.run(serve(args))
-    except CatalogError as exc:
-        raise SystemExit(f"gpuworkspace-disks: invalid catalog {args.catalog}:\n{exc}") from None
+    invalid = f"gpuworkspace-disks: invalid catalog {args.catalog}"
+    return run_service(serve(args), refusals=(CatalogError,), refused=invalid)
 
 
 if __name__ == "__main__":

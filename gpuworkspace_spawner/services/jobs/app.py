@@ -11,7 +11,6 @@ token; no Kubernetes credential is ever in a workspace.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import gateway
+from .. import serving
 from ..handling import ApiHandler
 from ..serving import ServiceError, add_body_limit_argument, http_server, listen_address, until_stopped
 from .operations import JobOperations, Settings
@@ -161,11 +161,8 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        return asyncio.run(serve(args))
-    except CatalogError as exc:
-        raise SystemExit(f"gpuworkspace-jobs: invalid catalog {args.catalog}:\n{exc}") from None
+    invalid = f"gpuworkspace-jobs: invalid catalog {args.catalog}"
+    return serving.run_service(serve(args), refusals=(CatalogError,), refused=invalid)
 
 
 if __name__ == "__main__":
