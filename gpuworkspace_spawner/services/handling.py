@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
-from jupyterhub.services.auth import HubOAuth
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.utils import url_path_join
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from tornado import web
 
 from ..k8s import KubernetesError, Unavailable
 from . import access
@@ -25,6 +28,15 @@ from .serving import JsonErrors, ServiceError, login_url
 log = logging.getLogger("gpuworkspace.services")
 MAX_BODY = 16 * 1024
 NO_CREDENTIALS = "missing or invalid credentials: send 'Authorization: token <hub token>'"
+
+
+def service_app(routes: list[Any], *, hub_auth: Any, prefix: str) -> web.Application:
+    """A service's tornado application: its ``routes`` and, with HubOAuth (browsers), the OAuth
+    callback under ``prefix``. A fresh cookie secret per process: after a restart a browser logs in
+    again, without a page."""
+    if isinstance(hub_auth, HubOAuth):
+        routes = [*routes, (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler)]
+    return web.Application(routes, hub_auth=hub_auth, cookie_secret=os.urandom(32))
 
 
 class ServiceHandler(JsonErrors):

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.services.auth import HubAuth, HubOAuth
 from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ...k8s.observing import load_config
+from ..handling import service_app
 from ..serving import (
     add_body_limit_argument,
     http_server,
@@ -78,9 +79,7 @@ def make_app(state: State) -> web.Application:
         (url_path_join(api, "status"), StatusHandler, common),
         (url_path_join(prefix, "metrics"), MetricsHandler, common),
     ]
-    if isinstance(state.hub_auth, HubOAuth):
-        routes.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
-    return web.Application(routes, hub_auth=state.hub_auth, cookie_secret=os.urandom(32))
+    return service_app(routes, hub_auth=state.hub_auth, prefix=prefix)
 
 
 def _env_float(name: str, default: float) -> float:

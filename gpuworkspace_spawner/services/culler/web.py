@@ -15,7 +15,6 @@ JupyterHub's own API (:class:`..serving.JsonErrors`).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
 
@@ -33,7 +31,7 @@ from ..access import (
     reads_every_server,
     who,
 )
-from ..handling import ServiceHandler
+from ..handling import ServiceHandler, service_app
 from ..serving import ServiceError, hub_prefix
 from .model import Action, Decision, Effective, Policy, Warning
 from .state import CullerState, CycleReport, Key
@@ -450,7 +448,4 @@ def make_app(
         (url_path_join(api, "notices"), NoticesHandler, common),
         (url_path_join(api, "status"), StatusHandler, common),
     ]
-    if isinstance(hub_auth, HubOAuth):
-        routes.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
-    # a fresh cookie secret per process: after a restart a browser logs in again, without a page
-    return web.Application(routes, hub_auth=hub_auth, cookie_secret=os.urandom(32))
+    return service_app(routes, hub_auth=hub_auth, prefix=prefix)

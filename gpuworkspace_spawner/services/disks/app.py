@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jupyterhub.services.auth import HubAuth, HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.services.auth import HubAuth, HubOAuth
 from jupyterhub.utils import url_path_join
 from prometheus_client import CollectorRegistry, generate_latest
 from tornado import web
@@ -25,7 +25,7 @@ from ...catalog import CatalogError, CatalogSource
 from ...k8s import gateway
 from ...manifests.names import WorkspaceIdentity
 from .. import access
-from ..handling import ApiHandler
+from ..handling import ApiHandler, service_app
 from ..kubelets import KubeletAccess
 from ..serving import (
     ServiceError,
@@ -194,9 +194,7 @@ def make_app(
             common | {"registry": registry, "collector": collector, "public": metrics_public},
         ),
     ]
-    if isinstance(hub_auth, HubOAuth):
-        routes.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
-    return web.Application(routes, hub_auth=hub_auth, cookie_secret=os.urandom(32))
+    return service_app(routes, hub_auth=hub_auth, prefix=prefix)
 
 
 def _parser() -> argparse.ArgumentParser:

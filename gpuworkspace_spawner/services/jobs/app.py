@@ -27,7 +27,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from ...catalog import CatalogError, CatalogSource
 from ...k8s import gateway
 from .. import serving
-from ..handling import ApiHandler
+from ..handling import ApiHandler, service_app
 from ..serving import ServiceError, add_body_limit_argument, http_server, listen_address, until_stopped
 from .operations import JobOperations, Settings
 
@@ -78,7 +78,7 @@ def make_app(ops: JobOperations, hub_auth: Any, prefix: str) -> web.Application:
         (url_path_join(api, rf"jobs/{NAME}/logs"), LogsHandler, common),
         (url_path_join(api, "profiles"), ProfilesHandler, common),
     ]
-    return web.Application(routes, hub_auth=hub_auth, cookie_secret=os.urandom(32))
+    return service_app(routes, hub_auth=hub_auth, prefix=prefix)
 
 
 def hub_groups(api_url: str, token: str, *, timeout_s: float) -> Any:
