@@ -14,8 +14,10 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -27,7 +29,19 @@ from .serving import JsonErrors, ServiceError, login_url
 
 log = logging.getLogger("gpuworkspace.services")
 MAX_BODY = 16 * 1024
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 NO_CREDENTIALS = "missing or invalid credentials: send 'Authorization: token <hub token>'"
+
+
+def page_templates(folder: str) -> Environment:
+    """Jinja for a service's pages in ``templates/<folder>/``: HTML escaped, blocks without their
+    surrounding blank lines."""
+    return Environment(
+        loader=FileSystemLoader(str(TEMPLATES / folder)),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def service_app(routes: list[Any], *, hub_auth: Any, prefix: str) -> web.Application:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment
 from markupsafe import Markup
 
+from ..handling import page_templates
 from . import access
 from .charts import bar_chart, line_chart, util_color
 from .collector import Snapshot
@@ -23,7 +23,6 @@ from .history import History
 from .model import Basis, GpuCell
 from .views import cell_basis, grid_order
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "attribution"
 CHART_WINDOW_S = 6 * 3600
 TOP_N = 10  # bars in the top consumers chart
 MIB = 1024 * 1024
@@ -47,12 +46,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
 
 
 def environment() -> Environment:
-    return Environment(
-        loader=FileSystemLoader(str(TEMPLATES)),
-        autoescape=select_autoescape(["html"]),
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    return page_templates("attribution")
 
 
 def _svg(svg: str) -> Markup:

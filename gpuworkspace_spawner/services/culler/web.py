@@ -18,10 +18,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment
 from jupyterhub.utils import url_path_join
 from tornado import web
 
@@ -31,13 +30,12 @@ from ..access import (
     reads_every_server,
     who,
 )
-from ..handling import ServiceHandler, service_app
+from ..handling import ServiceHandler, page_templates, service_app
 from ..serving import ServiceError, hub_prefix
 from .model import Action, Decision, Effective, Policy, Warning
 from .state import CullerState, CycleReport, Key
 
 SERVICE = "gpuworkspace-culler"  # cycle.SERVICE; not imported: the web layer reads only the state
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "culler"
 RECENT_STOPS = 50  # rows of "recently stopped" on the page
 _FAR = datetime.max.replace(tzinfo=UTC)
 _MINUTE, _HOUR = 60, 3600
@@ -313,13 +311,8 @@ def page_context(
 
 
 def environment() -> Environment:
-    """Jinja for templates/culler/ (set up like the attribution dashboard's)."""
-    return Environment(
-        loader=FileSystemLoader(str(TEMPLATES)),
-        autoescape=select_autoescape(["html"]),
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    """Jinja for templates/culler/ (the kit's, as the attribution dashboard's)."""
+    return page_templates("culler")
 
 
 # ------------------------------------------------------------------------------------------ handlers
