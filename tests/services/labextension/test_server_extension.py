@@ -45,17 +45,17 @@ DETAIL = {
     "memory": {"used": 1024, "request": 2048, "limit": 4096},
 }
 # a max-duration stop offers the hand-off to a job (the culler's "handoff"); the jobs API lists a profile
-NOTICES = [
-    {
-        "server": "",
-        "reason": "max_duration",
-        "stage": 0,
-        "stages": 2,
-        # 25 min from now (the screenshot's countdown); re-read every poll
-        "stop_at": (datetime.now(UTC) + timedelta(minutes=25)).isoformat().replace("+00:00", "Z"),
-        "handoff": True,
-    }
-]
+
+
+def notices() -> list[dict[str, Any]]:
+    """The culler's notices, its stop 25 min after each request (the screenshot's countdown): built per
+    request, never at import (a long test run would find a stop time already past)."""
+    stop_at = (datetime.now(UTC) + timedelta(minutes=25)).isoformat().replace("+00:00", "Z")
+    return [
+        {"server": "", "reason": "max_duration", "stage": 0, "stages": 2, "stop_at": stop_at, "handoff": True}
+    ]
+
+
 PROFILES = {"items": [{"name": "train-1gpu", "displayName": "Training job, one whole GPU"}]}
 HISTORY = {
     "at": 61.0,
@@ -82,7 +82,7 @@ class Fakes(BaseHTTPRequestHandler):
             if Fakes.refuse_history:
                 code, reply = 403, {"status": 403, "message": "bob may not see the workspaces of alice"}
         elif self.path.endswith("/notices"):
-            reply = NOTICES
+            reply = notices()
         elif self.path.endswith("/gpuworkspace-jobs/api/v1/profiles"):
             reply = PROFILES
         else:
