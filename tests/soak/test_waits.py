@@ -17,7 +17,7 @@ import pytest
 from tests.e2e.harness import wait_for
 
 from .chaos import Conductor, Limits
-from .workload import Server, Tally, Worker
+from .workload import Server, Tally, Worker, _hub_away
 
 TINY = Limits(pause_s=0.01, resume_s=0.01, run_s=0.01)
 
@@ -202,3 +202,19 @@ def test_a_removal_that_never_happens_ends_as_a_finding() -> None:
     assert not worker._wait_gone(server, "delete", removed=True)
 
     assert worker.tally.errors == ["delete soak0/v1: not done after 0 s"]
+
+
+@pytest.mark.parametrize(
+    ("status", "raw", "away"),
+    [
+        (403, b"\n<!DOCTYPE HTML>\n<html><head><title>JupyterHub</title>", True),  # the hub's XSRF page
+        (404, b"<!DOCTYPE HTML><html>", True),  # the proxy with no route
+        (403, b'{"status": 403, "message": "bob may not resize alice\'s disk"}', False),  # the service's own
+        (200, b"{}", False),
+    ],
+    ids=["hub-403-page", "proxy-404-page", "service-403", "ok"],
+)
+def test_a_page_from_the_hub_while_a_service_route_is_missing_is_waited_out(
+    status: int, raw: bytes, away: bool
+) -> None:
+    assert _hub_away(status, raw) is away

@@ -377,8 +377,10 @@ def _hub_away(status: int, raw: bytes) -> bool:
     """No answer, or an answer while the hub restarts: the proxy's (no route yet: an HTML 404 page),
     a bare 404 "Not Found" before a service's route is back, or a server still "pending" (a start or
     stop in flight, or the hub's start-up check of every server it had: a stop then fails with 500, a
-    start with 400), which the operation waits out."""
-    if status in (0, 502, 503) or (status == 404 and raw.lstrip().startswith(b"<")):
+    start with 400), which the operation waits out. A 403 *page* is the hub's too: with the proxy's
+    service route not back yet, a POST meant for a service reaches the hub's default route, whose XSRF
+    check refuses it with HTML (the services answer JSON, always)."""
+    if status in (0, 502, 503) or (status in (403, 404) and raw.lstrip().startswith(b"<")):
         return True
     message = _message(_decoded(raw))
     pending = re.search(r" is pending (check|stop|spawn)", message) is not None
