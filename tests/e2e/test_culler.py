@@ -57,7 +57,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from tornado.httpclient import HTTPRequest
+from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from .harness import HubStack, http, logged_in_page, wait_for
@@ -187,9 +187,20 @@ class Watch(threading.Thread):
 
 
 # ----------------------------------------------------------------- kernels and terminals (websockets)
+# jupyter_server answers a kernel's websocket upgrade only once the kernel has replied to kernel_info, and
+# gives up itself after MultiKernelManager.kernel_info_timeout (60 s by default). A CI run with a dozen
+# servers starting on two cores took over 30 s for one kernel; the client waits longer than the server, so
+# a kernel that never starts is reported by the server (and our finding says how long it had), not a
+# client timeout that hides which side was slow.
+UPGRADE_TIMEOUT_S = 90
+
+
 async def _connect(url: str, token: str) -> WebSocketClientConnection:
     request = HTTPRequest(
-        url, headers={"Authorization": f"token {token}"}, connect_timeout=30, request_timeout=30
+        url,
+        headers={"Authorization": f"token {token}"},
+        connect_timeout=30,
+        request_timeout=UPGRADE_TIMEOUT_S,
     )
     return await websocket_connect(request)
 
@@ -260,14 +271,16 @@ async def _execute(url: str, token: str, code: str, state: str) -> None:
 def execute(stack: HubStack, ws: Workspace, code: str, *, until_state: str) -> None:
     """Run ``code`` in the workspace's kernel until it is ``busy`` or back to ``idle``, then disconnect."""
     url = ws.ws_url(stack, f"api/kernels/{ws.kernel}/channels")
+    began = time.monotonic()
     try:
         asyncio.run(_execute(url, ws.token, code, until_state))
-    except AssertionError as e:  # say what the server and its pod were doing then
+    except (AssertionError, HTTPClientError, TimeoutError) as e:  # say what the server and its pod were doing
+        what = f"{type(e).__name__}: {e} after {time.monotonic() - began:.1f} s"
         try:
             then = server_and_pod(stack, ws)
         except Exception as why:  # the original failure matters more
             then = f"(not known: {why})"
-        raise AssertionError(f"{e}; then: {then}") from e
+        raise AssertionError(f"{what}; then: {then}") from e
 
 
 def server_and_pod(stack: HubStack, ws: Workspace) -> str:
