@@ -7,6 +7,7 @@ holds no state of its own.
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -123,6 +124,29 @@ class SpawnerPorts:
 
     async def start_pod(self) -> Any:
         return await self._spawner._start_pod()
+
+    async def next_pod_change(self, limit_s: float) -> bool:
+        spawner = self._spawner
+        changes = getattr(getattr(spawner.pod_reflector, "resources", None), "changes", None)
+        if changes is None:  # a cache that tells no one (not the self-healing reflector): the timeout
+            await asyncio.sleep(limit_s)
+            return False
+        return bool(await changes.next_change(f"{spawner.namespace}/{spawner.pod_name}", limit_s))
+
+    def running_pod_url(self, *, not_uid: str | None) -> str | None:
+        spawner = self._spawner
+        if spawner.internal_ssl or spawner.services_enabled or spawner.after_pod_created_hook:
+            return None
+        pod = self.cached("pods", spawner.pod_name)
+        uid = ((pod or {}).get("metadata") or {}).get("uid")
+        try:
+            running = uid is not None and uid != not_uid and bool(spawner.is_pod_running(pod))
+        except (KeyError, TypeError):  # a status without the fields KubeSpawner reads: not running yet
+            running = False
+        if not running:
+            return None
+        spawner.pod_id = uid  # as KubeSpawner's start sets it
+        return str(spawner._get_pod_url(pod))
 
     async def stop_pod(self, now: bool) -> None:
         await self._spawner._stop_pod(now)

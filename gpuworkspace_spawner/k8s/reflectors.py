@@ -74,22 +74,68 @@ def retrying(reflector_class: type[ResourceReflector]) -> type[ResourceReflector
 GONE_KEPT = 256  # deleted objects remembered per reflector (the newest)
 
 
+class Changes:
+    """Wakes whoever waits for an object's next change in a watch cache (a watch event or a re-list).
+
+    The waits are futures of the hub's event loop, the loop KubeSpawner's reflectors run their watches in.
+    A start waits on its own pod's key, so one busy namespace wakes each waiter for its own pod only.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+
+    def notify(self, key: str | None = None) -> None:
+        """Wake the waiters for ``key``; all of them when ``key`` is None (a re-list replaced the cache)."""
+        keys = list(self._waiters) if key is None else [key]
+        for k in keys:
+            for waiter in self._waiters.pop(k, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def next_change(self, key: str, limit_s: float) -> bool:
+        """Wait until ``key`` changes: True, or False when ``limit_s`` seconds passed without a change."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(key, set()).add(waiter)
+        try:
+            await asyncio.wait_for(waiter, limit_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiting = self._waiters.get(key)
+            if waiting is not None:
+                waiting.discard(waiter)
+                if not waiting:
+                    del self._waiters[key]
+
+
 class LastSeen(dict[str, Any]):
-    """A reflector's cache that keeps the last copy of each object a DELETED watch event removes.
+    """A reflector's cache that keeps the last copy of each object a DELETED watch event removes, and
+    tells :class:`Changes` about every change (KubeSpawner's watch loop writes ``resources[key] = obj``
+    and ``resources.pop(key)``; a re-list assigns a new cache).
 
     KubeSpawner's reflector drops a deleted object (``resources.pop(key)``); the copy it had (a pod with
     its ``deletionTimestamp`` and ``DisruptionTarget`` condition) is what tells an eviction from a plain
-    delete. ``gone`` is shared by the reflector's successive caches (each re-list builds a new one).
+    delete. ``gone`` and ``changes`` are shared by the reflector's successive caches (each re-list builds a
+    new one).
     """
 
-    def __init__(self, items: dict[str, Any], gone: OrderedDict[str, Any]) -> None:
+    def __init__(
+        self, items: dict[str, Any], gone: OrderedDict[str, Any], changes: Changes | None = None
+    ) -> None:
         super().__init__(items)
         self.gone = gone
+        self.changes = changes if changes is not None else Changes()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.changes.notify(key)
 
     def pop(self, key: str, *default: Any) -> Any:
         value = super().pop(key, *default)
         if value is not None:
             self.remember(key, value)
+            self.changes.notify(key)
         return value
 
     def remember(self, key: str, value: Any) -> None:
@@ -104,12 +150,14 @@ _REMEMBERING: dict[type[ResourceReflector], type[ResourceReflector]] = {}
 
 
 def remembering(reflector_class: type[ResourceReflector]) -> type[ResourceReflector]:
-    """``reflector_class`` whose cache is a :class:`LastSeen` (``reflector.resources.gone``)."""
+    """``reflector_class`` whose cache is a :class:`LastSeen` (``reflector.resources.gone`` and
+    ``.changes``)."""
     if reflector_class not in _REMEMBERING:
 
         class Remembering(reflector_class):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 self._gone: OrderedDict[str, Any] = OrderedDict()
+                self._changes = Changes()
                 super().__init__(*args, **kwargs)
 
             @validate("resources")
@@ -118,9 +166,10 @@ def remembering(reflector_class: type[ResourceReflector]) -> type[ResourceReflec
                 # object deleted between the old watch's end and the list never gets its DELETED event,
                 # so the copy the old cache had is remembered here instead.
                 before = self._trait_values.get("resources") or {}
-                after = LastSeen(dict(proposal["value"]), self._gone)
+                after = LastSeen(dict(proposal["value"]), self._gone, self._changes)
                 for key in before.keys() - after.keys():
                     after.remember(key, before[key])
+                self._changes.notify()  # woken waiters run after this assignment, and read the new cache
                 return after
 
         Remembering.__name__ = Remembering.__qualname__ = f"Remembering{reflector_class.__name__}"

@@ -179,6 +179,8 @@ def _notebook(
     out = dict(container)
     out["resources"] = _resources(profile.resources)
     out["ports"] = _ports(container.get("ports") or [])
+    if not out.get("readinessProbe"):  # one the deployment configured (extra_container_config) stays
+        out["readinessProbe"] = serving_probe()
     out["securityContext"] = _container_security(profile.security)
     out["volumeMounts"] = kept + [copy.deepcopy(dict(v.mount)) for v in ours]
     out["workingDir"] = profile.storage.home.mount_path
@@ -188,6 +190,24 @@ def _notebook(
         env = [e for e in container.get("env") or [] if e.get("name") != "NVIDIA_VISIBLE_DEVICES"]
         out["env"] = [*env, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     return out
+
+
+def serving_probe() -> dict[str, Any]:
+    """The server's readiness: its port accepts connections, checked by the kubelet every second.
+
+    Without a readinessProbe Kubernetes calls a container ready as soon as it runs (the kubelet's
+    prober_manager.go UpdatePodStatus), before the server listens; JupyterHub then polls the server's URL
+    with jittered waits of up to 5 s. With it, the pod's Ready condition means "the server answers", which
+    the start waits for on the pod watch, so the hub's first check of the URL finds it. TCP, not HTTP: the
+    same for jupyter-server and code-server, with no base URL or token involved. Only readiness: a busy
+    server still accepts connections, and nothing here restarts a workspace.
+    """
+    return {
+        "tcpSocket": {"port": NOTEBOOK_PORT_NAME},
+        "periodSeconds": 1,
+        "timeoutSeconds": 1,
+        "failureThreshold": 3,
+    }
 
 
 def _resources(resources: Resources) -> dict[str, dict[str, str]]:

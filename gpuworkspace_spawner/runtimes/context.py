@@ -100,6 +100,14 @@ class Ports(Protocol):
     async def start_pod(self) -> Any:
         """KubeSpawner's own start (the pod from ``get_pod_manifest``): its URL."""
 
+    async def next_pod_change(self, limit_s: float) -> bool:
+        """Wait for the next change of this server's pod in the pod watch cache (False: none in ``limit_s`` seconds)."""
+
+    def running_pod_url(self, *, not_uid: str | None) -> str | None:
+        """The pod's URL once KubeSpawner's start would call it running (``is_pod_running``), for a pod
+        other than ``not_uid``; None while it is not, or when KubeSpawner's start still has work to do
+        after that point (internal SSL, services, ``after_pod_created_hook``)."""
+
     async def stop_pod(self, now: bool) -> None:
         """KubeSpawner's own stop (through self-healing, which marks the stop first)."""
 

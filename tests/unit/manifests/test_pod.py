@@ -223,3 +223,16 @@ def test_annotations_add_raw_names(kubespawner_pod: dict[str, Any]) -> None:
 def test_runtime_class_without_pool(kubespawner_pod: dict[str, Any]) -> None:
     profile = replace(CPU, placement=Placement(runtime_class_name="gvisor"))
     assert build_workspace_pod(kubespawner_pod, context(profile))["spec"]["runtimeClassName"] == "gvisor"
+
+
+def test_the_server_is_ready_when_its_port_accepts_connections(kubespawner_pod: dict[str, Any]) -> None:
+    probe = _container(build_workspace_pod(kubespawner_pod, context(CPU)))["readinessProbe"]
+    assert probe["tcpSocket"] == {"port": "notebook-port"}  # the server's port, named as KubeSpawner names it
+    assert probe["periodSeconds"] == 1
+
+
+def test_a_readiness_probe_the_deployment_configured_stays(kubespawner_pod: dict[str, Any]) -> None:
+    pod = copy.deepcopy(kubespawner_pod)
+    mine = {"httpGet": {"path": "/user/alice/api", "port": 8888}, "periodSeconds": 5}
+    next(c for c in pod["spec"]["containers"] if c["name"] == "notebook")["readinessProbe"] = mine
+    assert _container(build_workspace_pod(pod, context(CPU)))["readinessProbe"] == mine
