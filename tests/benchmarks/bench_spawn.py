@@ -8,9 +8,13 @@ What it measures
     same run. For each spawner in turn, JupyterHub starts with ``hub_config/jupyterhub_config.py``
     (``GPUWS_SPAWNER=kubespawner``: KubeSpawner with the config's ``cpu-small`` profile list entry;
     ``gpuworkspace``: ours with ``hub_config/catalog``'s ``cpu-small``), then runs one warm-up cycle
-    (it creates the home disk; not counted) and N measured cycles for one user's named server. This
-    repeats for ``--rounds`` rounds (default 2: KubeSpawner, ours, KubeSpawner, ours), each with a new
-    hub and user, so the slow drift of a shared machine's load falls on both spawners.
+    (it creates the home disk; not counted) and N measured cycles (default 6) for one user's named
+    server. This repeats for ``--rounds`` rounds (default 4: KubeSpawner, ours, ours, KubeSpawner, ...),
+    each with a new hub and user, so the slow drift of a shared machine's load and a round's position
+    fall on both spawners alike.
+  * Spawn times are printed as a histogram too (0.5 s bins): KubeSpawner's start looks at its pod cache
+    after jittered sleeps (``jupyterhub.utils.exponential_backoff``, full jitter, up to 5 s a step), so its
+    starts fall in two humps; the median then flips with the mix and the mean is the steadier figure.
   * A cycle: ``POST /hub/api/users/{u}/servers/s`` with ``{"profile": "cpu-small"}``, then polling
     ``GET /hub/api/users/{u}`` every 50 ms until the hub reports the server ``ready`` (spawn time = POST
     to ready, so at most 50 ms coarse); then ``DELETE`` and polling until the server is gone (stop time).
@@ -80,6 +84,10 @@ class Result:
     @property
     def spawn_p50(self) -> float:
         return self.median([c.spawn_s for c in self.cycles])
+
+    @property
+    def spawn_mean(self) -> float:
+        return statistics.fmean([c.spawn_s for c in self.cycles]) if self.cycles else float("nan")
 
     @property
     def requests_p50(self) -> float:
@@ -169,6 +177,25 @@ def print_requests(result: Result) -> None:
         print(f"  {n:>3}  {kind}")
 
 
+def print_spread(results: list[Result], bin_s: float = 0.5) -> None:
+    """Spawn times in ``bin_s`` bins, one line per spawner: a two-humped start time shows here."""
+    times = [c.spawn_s for r in results for c in r.cycles]
+    if not times:
+        return
+    first = int(min(times) / bin_s)
+    bins = range(first, int(max(times) / bin_s) + 1)
+    print(
+        f"\nspawn times, {bin_s:g} s bins from {first * bin_s:.1f} s: one digit per bin (count; + for 10 or more)"
+    )
+    for r in results:
+        counts = Counter(int(c.spawn_s / bin_s) for c in r.cycles)
+        print(f"  {SPAWNERS[r.spawner]:<27} " + "".join(_digit(counts[b]) for b in bins))
+
+
+def _digit(count: int) -> str:
+    return "." if count == 0 else str(count) if count < 10 else "+"
+
+
 def print_ratios(results: dict[str, Result]) -> None:
     ks, ours = results.get("kubespawner"), results.get("gpuworkspace")
     if not (ks and ours and ks.cycles and ours.cycles):
@@ -179,6 +206,7 @@ def print_ratios(results: dict[str, Result]) -> None:
     print(
         f"  median spawn time          x{spawn:.2f}  (goal <= 1.05: {'met' if spawn <= 1.05 else 'NOT met'})"
     )
+    print(f"  mean spawn time            x{ours.spawn_mean / ks.spawn_mean:.2f}")
     for what, a, b in (
         ("API requests/cycle", ours.requests_p50, ks.requests_p50),
         ("  without list and watch", ours.driven_p50, ks.driven_p50),
@@ -204,6 +232,7 @@ def emit_headline(results: dict[str, Result]) -> None:
     bench_report.emit(
         [
             row(f"median spawn time (hub REST, n={n})", ours.spawn_p50, ks.spawn_p50, "s", 1.05),
+            row(f"mean spawn time (hub REST, n={n})", ours.spawn_mean, ks.spawn_mean, "s", None),
             row("API requests per start+stop cycle", ours.requests_p50, ks.requests_p50, "", 1.0),
             row("API requests per cycle without list and watch", ours.driven_p50, ks.driven_p50, "", 1.0),
             row("repeat GETs per cycle (polling)", repeats[0], repeats[1], "", None),
@@ -214,13 +243,16 @@ def emit_headline(results: dict[str, Result]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_spawn", description=__doc__.split("\n", 1)[0])
     parser.add_argument(
-        "--cycles", type=int, default=8, help="measured cycles per spawner and round (default: 8)"
+        "--cycles", type=int, default=6, help="measured cycles per spawner and round (default: 6)"
     )
     parser.add_argument(
         "--rounds",
         type=int,
-        default=2,
-        help="rounds of all spawners in turn (default: 2), so slow drift on a shared machine hits both",
+        default=4,
+        help=(
+            "rounds of all spawners in turn, the order reversed every other round (default: 4), so slow "
+            "drift on a shared machine and a round's position hit both alike"
+        ),
     )
     parser.add_argument(
         "--spawners",
@@ -245,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         dc.start()
         oidc.start()
         for round_ in range(args.rounds):
-            for spawner in spawners:
+            for spawner in spawners if round_ % 2 == 0 else spawners[::-1]:
                 result = results.setdefault(spawner, Result(spawner))
                 bench_spawner(spawner, workdir / f"{spawner}-{round_}", dc, oidc, args.cycles, result)
     finally:
@@ -256,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print_table(list(results.values()))
+    print_spread(list(results.values()))
     for result in results.values():
         print_requests(result)
     print_ratios(results)
