@@ -200,7 +200,8 @@ def serving_probe() -> dict[str, Any]:
     with jittered waits of up to 5 s. With it, the pod's Ready condition means "the server answers", which
     the start waits for on the pod watch, so the hub's first check of the URL finds it. TCP, not HTTP: the
     same for jupyter-server and code-server, with no base URL or token involved. Only readiness: a busy
-    server still accepts connections, and nothing here restarts a workspace.
+    server still accepts connections, and nothing here restarts a workspace. The singleuser
+    NetworkPolicy does not block it: traffic from the pod's own node (the kubelet) is always allowed.
     """
     return {
         "tcpSocket": {"port": NOTEBOOK_PORT_NAME},
