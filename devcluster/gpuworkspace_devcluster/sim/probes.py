@@ -1,9 +1,13 @@
 """Container probes as the kubelet's prober runs them: httpGet, tcpSocket, exec (grpc: a TCP connect).
 
-Failure messages follow the kubelet's (Go's net/http wording). Without a readinessProbe a container is
-ready once the TCP port of its first ``ports`` entry accepts connections on the pod IP (or at once when it
-declares none): a devcluster choice, so "Ready" means the server answers; Kubernetes itself marks a
-probe-less container ready as soon as it runs. Periods are capped by ``period_cap_s`` to keep tests fast.
+Failure messages follow the kubelet's (Go's net/http wording). Readiness follows the kubelet's
+``UpdatePodStatus`` (kubernetes/kubernetes ``pkg/kubelet/prober/prober_manager.go``,
+``manager.UpdatePodStatus``): a running container is started once its startupProbe (if any) has
+succeeded, and a started container with no readinessProbe is ready at once ("no readinessProbe ->
+always ready"), whether or not anything listens on its ports; one with a readinessProbe is ready only
+after ``successThreshold`` successes. So, as on a real cluster, "Ready" says nothing about a server
+answering unless the pod declares a probe for it. Periods are capped by ``period_cap_s`` to keep tests
+fast.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from typing import Any
 
 Obj = dict[str, Any]
 ExecRun = Callable[[list[str], float], Awaitable[tuple[int, str]]]  # (argv, limit_s) -> (code, output)
-PORT_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -169,13 +172,7 @@ class Prober:
 
     async def _readiness(self) -> None:
         probe = self.container.get("readinessProbe")
-        if not probe:
-            ports = self.container.get("ports") or []
-            port = int(ports[0].get("containerPort") or 0) if ports else 0
-            while port:
-                if (await tcp_open(self.pod_ip, port, 1.0)).ok:
-                    break
-                await asyncio.sleep(PORT_POLL_S)
+        if not probe:  # the kubelet: no readiness worker, so a started, running container is ready
             self.cb["on_ready"](True)
             return
         await asyncio.sleep(self._delay(probe))

@@ -151,6 +151,19 @@ async def http_get(url: str) -> tuple[int, str]:
         return resp.status, await resp.text()
 
 
+async def answered(url: str, limit_s: float = 15.0) -> tuple[int, str]:
+    """The first answer from ``url``: a pod is Ready once its container runs (no readinessProbe), and its
+    server may not listen yet, so a caller waits for the port like JupyterHub does for a new server."""
+    deadline, last = time.monotonic() + limit_s, None
+    while time.monotonic() < deadline:
+        try:
+            return await http_get(url)
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            last = exc
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} did not answer within {limit_s} s: {last!r}")
+
+
 # --------------------------------------------------------------------- pure parts
 def test_image_table() -> None:
     assert images.normalize("python:3.11") == ("docker.io/library/python", "3.11")
@@ -212,7 +225,7 @@ async def test_python_http_server_pods_get_own_ips_serve_log_and_delete(sim: Sim
     assert "running" in cs["state"]
     # the working dir is the emptyDir's host directory
     (sim.kubelet.volumes.pod_dir(pod) / "volumes" / "www" / "hello.txt").write_text("hi from the volume")
-    assert await http_get(f"http://{ip}:8000/hello.txt") == (200, "hi from the volume")
+    assert await answered(f"http://{ip}:8000/hello.txt") == (200, "hi from the volume")
     events = sim.events("web")
     assert events[:2] == [("Pulling", 'Pulling image "python:3.11"'), events[1]]
     assert re.fullmatch(
@@ -367,7 +380,7 @@ async def _run_singleuser(sim: Sim, hub_port: int) -> None:
     )
     await eventually(lambda: sim.condition("jupyter-alice", "Ready") == "True", 45, "jupyter Ready")
     ip = sim.pod("jupyter-alice")["status"]["podIP"]  # type: ignore[index]
-    status, text = await http_get(f"http://{ip}:8888/user/alice/api")
+    status, text = await answered(f"http://{ip}:8888/user/alice/api", 45)
     assert status == 200 and '"version"' in text
     volume = sim.ctx.path("volumes", handle)
     log = sim.cluster.pod_runtime.log_file("default", "jupyter-alice", "notebook").read_text()
@@ -426,10 +439,10 @@ async def test_lite_pods_share_one_process_yet_run_log_die_and_stop_one_by_one(s
     assert len(ids) == 3 and all(i.startswith("containerd://") for i in ids)
     ips = {n: sim.pod(n)["status"]["podIP"] for n in names}  # type: ignore[index]
     for name in names:
+        status, text = await answered(f"http://{ips[name]}:8888/user/bob/api")
+        assert status == 200 and '"version"' in text
         log = sim.cluster.pod_runtime.log_file("default", name, "notebook").read_text()
         assert f"serving at http://{ips[name]}:8888/user/bob/" in log
-        status, text = await http_get(f"http://{ips[name]}:8888/user/bob/api")
-        assert status == 200 and '"version"' in text
 
     assert sim.kubelet.kill_pod("default", "lite-a", 9) == 1  # only lite-a's listener dies
     await eventually(
@@ -453,7 +466,7 @@ async def test_lite_pods_share_one_process_yet_run_log_die_and_stop_one_by_one(s
         what="lite-c restarted in a new pool process",
     )
     assert sim.kubelet.container_pids("default", "lite-c") == {"notebook": pool.pid} and pool.pid != old_pid
-    assert (await http_get(f"http://{ips['lite-c']}:8888/user/bob/api"))[0] == 200
+    assert (await answered(f"http://{ips['lite-c']}:8888/user/bob/api"))[0] == 200
 
 
 async def test_unknown_image_err_image_pull_then_back_off(sim: Sim) -> None:
