@@ -8,11 +8,14 @@ holds no state of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .audit import START_ACTIONS, Action, AuditRecord, log_audit, write_audit
+from .lifecycle.spawning import containers_running
 from .limiting import new_disk_guard
 from .manifests.provenance import build_start_details
 from .retaining import retain_server_disks
@@ -133,20 +136,27 @@ class SpawnerPorts:
             return False
         return bool(await changes.next_change(f"{spawner.namespace}/{spawner.pod_name}", limit_s))
 
-    def running_pod_url(self, *, not_uid: str | None) -> str | None:
+    def started_pod_url(self, *, not_uid: str | None) -> str | None:
         spawner = self._spawner
         if spawner.internal_ssl or spawner.services_enabled or spawner.after_pod_created_hook:
             return None
         pod = self.cached("pods", spawner.pod_name)
         uid = ((pod or {}).get("metadata") or {}).get("uid")
-        try:
-            running = uid is not None and uid != not_uid and bool(spawner.is_pod_running(pod))
-        except (KeyError, TypeError):  # a status without the fields KubeSpawner reads: not running yet
-            running = False
-        if not running:
+        if uid is None or uid == not_uid or not containers_running(pod):
             return None
         spawner.pod_id = uid  # as KubeSpawner's start sets it
         return str(spawner._get_pod_url(pod))
+
+    async def accepts_connections(self, url: str, limit_s: float) -> bool:
+        parts = urlsplit(url)
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port), limit_s)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
 
     async def stop_pod(self, now: bool) -> None:
         await self._spawner._stop_pod(now)

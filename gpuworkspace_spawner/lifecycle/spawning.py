@@ -119,6 +119,21 @@ def is_ready(obj: Mapping[str, Any]) -> bool:
 _is_ready = is_ready
 
 
+def containers_running(pod: Mapping[str, Any] | None) -> bool:
+    """Every container of the pod runs (phase Running, a pod IP, each status ``running``) and the pod is not
+    being deleted: its server may be listening now, whatever its readiness says."""
+    if pod is None or _meta(pod).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    return (
+        status.get("phase") == "Running"
+        and bool(status.get("podIP"))
+        and bool(statuses)
+        and all("running" in (c.get("state") or {}) for c in statuses)
+    )
+
+
 def _container_statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     status = pod.get("status") or {}
     return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]

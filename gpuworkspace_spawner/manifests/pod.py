@@ -196,12 +196,13 @@ def serving_probe() -> dict[str, Any]:
     """The server's readiness: its port accepts connections, checked by the kubelet every second.
 
     Without a readinessProbe Kubernetes calls a container ready as soon as it runs (the kubelet's
-    prober_manager.go UpdatePodStatus), before the server listens; JupyterHub then polls the server's URL
-    with jittered waits of up to 5 s. With it, the pod's Ready condition means "the server answers", which
-    the start waits for on the pod watch, so the hub's first check of the URL finds it. TCP, not HTTP: the
-    same for jupyter-server and code-server, with no base URL or token involved. Only readiness: a busy
-    server still accepts connections, and nothing here restarts a workspace. The singleuser
-    NetworkPolicy does not block it: traffic from the pod's own node (the kubelet) is always allowed.
+    prober_manager.go UpdatePodStatus), before the server listens. With it, the pod's Ready condition (and
+    so the workspace state "Running") means "the server answers". The start does not wait for it: it
+    connects to the server's port itself once the container runs (a probe every second would end starts
+    on whole seconds). TCP, not HTTP: the same for jupyter-server and code-server, with no base URL or
+    token involved. Only readiness: a busy server still accepts connections, and nothing here restarts a
+    workspace. The singleuser NetworkPolicy does not block it: traffic from the pod's own node (the
+    kubelet) is always allowed.
     """
     return {
         "tcpSocket": {"port": NOTEBOOK_PORT_NAME},

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from . import Runtime
 
 
+SERVING_CHECK_S = 0.05  # how often a start tries the started pod's server port
+
+
 class ContainerRuntime:
     """A workspace that runs as a pod (KubeSpawner's) with a retained home claim."""
 
@@ -207,46 +210,67 @@ class ContainerRuntime:
     ) -> Any:
         """Wait for KubeSpawner's start, failing early (with a reason) when the pod cannot come up.
 
-        It ends as soon as the pod watch shows the new pod running, rather than when KubeSpawner's start
-        notices: that one looks at its cache after jittered sleeps (``exponential_backoff``: a random wait
-        of up to 0.2, 0.4, ... 5 s), which made a start take about 2.3 s or 4-5 s at random (issue 19's
-        P1). KubeSpawner's start has nothing left to do at that point but log, and ``running_pod_url``
-        says None where it has (internal SSL, services, an ``after_pod_created_hook``); it is cancelled.
-        The one-second timeout keeps the early-failure deadlines ticking when the pod does not change.
+        It ends as soon as the new pod's server accepts connections. KubeSpawner's start looks at its
+        cache after jittered sleeps (``exponential_backoff``: a random wait of up to 0.2, 0.4, ... 5 s)
+        and JupyterHub then polls the server's URL with the same backoff, which made a start take about
+        2.3 s or 4-5 s at random (issue 19's P1). Here the pod watch's event that shows every container
+        running starts a TCP connect to the server every 50 ms, so the hub's first look at the URL finds
+        it up. KubeSpawner's start has nothing left to do then but wait and log (``started_pod_url`` is
+        None where it has: internal SSL, services, an ``after_pod_created_hook``); it is cancelled. The
+        one-second timeout keeps the early-failure deadlines ticking when the pod does not change.
         """
         loop = asyncio.get_running_loop()
-        while True:
-            clock.observe(self.progress().phase, loop.time())
-            changed = asyncio.ensure_future(self.ports.next_pod_change(1.0))
-            try:
-                await asyncio.wait({task, changed}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                changed.cancel()
-            url = None if task.done() else self.ports.running_pod_url(not_uid=earlier)
-            if task.done() or url is not None:
-                if url is not None:
-                    task.cancel()  # KubeSpawner's start is only waiting to see what the watch has shown
+        serving: asyncio.Future[str] | None = None
+        try:
+            while True:
+                clock.observe(self.progress().phase, loop.time())
+                changed = asyncio.ensure_future(self.ports.next_pod_change(1.0))
+                waiting = {task, changed} if serving is None else {task, changed, serving}
+                try:
+                    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                if serving is None and not task.done():
+                    url = self.ports.started_pod_url(not_uid=earlier)
+                    if url is not None:
+                        serving = asyncio.ensure_future(self._serving(url))
+                if task.done() or (serving is not None and serving.done()):
+                    if serving is not None and serving.done():
+                        if not task.done():
+                            task.cancel()  # KubeSpawner's start only waits to see the pod ready
+                            await asyncio.gather(task, return_exceptions=True)
+                        result: Any = serving.result()
+                    else:
+                        result = self._start_result(task)
+                    # the last sample, when the start returns: a start quicker than one sampling period
+                    # still reaches its last phase (``ready``), as the phase clock's contract says
+                    now = loop.time()
+                    clock.observe(self.progress().phase, now)
+                    observe_phases(clock.finish(now))
+                    return result
+                failure = decide_spawn_failure(
+                    self.claim(),
+                    self._pod(),
+                    self.ports.pod_events(),
+                    elapsed_s=loop.time() - started,
+                    unschedulable_after_s=self.ctx.unschedulable_timeout,
+                    attach_failure_after_s=self.ctx.attach_failure_timeout,
+                )
+                if failure is not None:
+                    task.cancel()
                     await asyncio.gather(task, return_exceptions=True)
-                result = url if url is not None else self._start_result(task)
-                # the last sample, when the start returns: a start quicker than one sampling period
-                # still reaches its last phase (``ready``), as the phase clock's contract says
-                now = loop.time()
-                clock.observe(self.progress().phase, now)
-                observe_phases(clock.finish(now))
-                return result
-            failure = decide_spawn_failure(
-                self.claim(),
-                self._pod(),
-                self.ports.pod_events(),
-                elapsed_s=loop.time() - started,
-                unschedulable_after_s=self.ctx.unschedulable_timeout,
-                attach_failure_after_s=self.ctx.attach_failure_timeout,
-            )
-            if failure is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                holders = self._gpu_holders(failure.message) if failure.reason == "unschedulable" else ""
-                raise SpawnException(failure.message + holders, reason=failure.reason)
+                    holders = self._gpu_holders(failure.message) if failure.reason == "unschedulable" else ""
+                    raise SpawnException(failure.message + holders, reason=failure.reason)
+        finally:
+            if serving is not None and not serving.done():
+                serving.cancel()
+
+    async def _serving(self, url: str) -> str:
+        """``url`` once its server accepts a TCP connection (tried every SERVING_CHECK_S seconds)."""
+        # A port has no event to wait on (JupyterHub polls the URL too); connects to the pod, not the API.
+        while not await self.ports.accepts_connections(url, 1.0):  # noqa: ASYNC110
+            await asyncio.sleep(SERVING_CHECK_S)
+        return url
 
     def _gpu_holders(self, message: str) -> str:
         """Who holds the GPUs a refused start asked for, from the pod watch cache (no API calls)."""

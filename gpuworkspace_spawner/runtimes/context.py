@@ -103,10 +103,13 @@ class Ports(Protocol):
     async def next_pod_change(self, limit_s: float) -> bool:
         """Wait for the next change of this server's pod in the pod watch cache (False: none in ``limit_s`` seconds)."""
 
-    def running_pod_url(self, *, not_uid: str | None) -> str | None:
-        """The pod's URL once KubeSpawner's start would call it running (``is_pod_running``), for a pod
-        other than ``not_uid``; None while it is not, or when KubeSpawner's start still has work to do
-        after that point (internal SSL, services, ``after_pod_created_hook``)."""
+    def started_pod_url(self, *, not_uid: str | None) -> str | None:
+        """The URL of this server's pod once every container of it runs, for a pod other than ``not_uid``;
+        None before that, or when KubeSpawner's start still has work to do once the pod runs (internal
+        SSL, services, ``after_pod_created_hook``)."""
+
+    async def accepts_connections(self, url: str, limit_s: float) -> bool:
+        """One TCP connect to ``url``'s host and port, closed at once: True when it was accepted."""
 
     async def stop_pod(self, now: bool) -> None:
         """KubeSpawner's own stop (through self-healing, which marks the stop first)."""

@@ -16,8 +16,8 @@ What it measures
     after jittered sleeps (``jupyterhub.utils.exponential_backoff``, full jitter, up to 5 s a step), so its
     starts fall in two humps; the median then flips with the mix and the mean is the steadier figure.
     Since JupyterHub then polls the server's URL with the same backoff, a start also waits for the
-    server to listen. Ours ends on the pod watch event that shows the pod Ready, which its tcpSocket
-    readiness probe (every second) decides: its starts fall on whole seconds after the pod starts.
+    server to listen. Ours wakes on the pod watch event that shows the container running, then connects
+    to the server's port every 50 ms and ends the start on the first accepted connection.
   * A cycle: ``POST /hub/api/users/{u}/servers/s`` with ``{"profile": "cpu-small"}``, then polling
     ``GET /hub/api/users/{u}`` every 50 ms until the hub reports the server ``ready`` (spawn time = POST
     to ready, so at most 50 ms coarse); then ``DELETE`` and polling until the server is gone (stop time).
