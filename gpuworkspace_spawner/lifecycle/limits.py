@@ -96,6 +96,26 @@ def _listing(disks: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(names[:_LISTED_MAX]) + (f" and {more} more" if more > 0 else "")
 
 
+def pending_disk(name: str, disk_kind: str, user: str, user_label: str) -> dict[str, Any]:
+    """What counts for a disk this hub has just created and no watch or list has shown yet."""
+    labels = {LABEL_DISK: disk_kind, LABEL_USER: user_label}
+    return {"metadata": {"name": name, "labels": labels, "annotations": {ANN_USERNAME: user}}}
+
+
+def with_pending_disks(
+    seen: Sequence[Mapping[str, Any]],
+    pending: Mapping[str, tuple[float, Mapping[str, Any]]],
+    *,
+    now: float,
+    kept_s: float,
+) -> tuple[list[Mapping[str, Any]], dict[str, tuple[float, Mapping[str, Any]]]]:
+    """``seen`` plus the disks created here that it does not show yet (``pending``: name -> (created at,
+    disk)), and what stays pending: a disk leaves once seen, or ``kept_s`` after it was created."""
+    names = {_meta(d).get("name") for d in seen}
+    still = {n: (at, d) for n, (at, d) in pending.items() if n not in names and now - at < kept_s}
+    return [*seen, *(d for _, d in still.values())], still
+
+
 def decide_new_disk(
     disks: Sequence[Mapping[str, Any]],
     *,

@@ -407,7 +407,7 @@ REMOVALS = [
     pytest.param(
         "10-hub-rbac.yaml:Role/gpu-workspaces/gpuworkspace-hub#1:persistentvolumeclaims",
         _start_new,
-        # the disk limits (limiting.py) list the claims before a new one is created: the first denial
+        # the home-claim watch (read by the disk limits, limiting.py) lists the claims first: the first denial
         ("list", "persistentvolumeclaims"),
         id="pvcs-start",
     ),

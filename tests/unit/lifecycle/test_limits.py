@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from gpuworkspace_spawner import limiting
 from gpuworkspace_spawner.compat import SpawnException
-from gpuworkspace_spawner.lifecycle.limits import DiskLimits, LimitVerdict, decide_new_disk, form_refusal
-from gpuworkspace_spawner.manifests.names import LABEL_USER, WorkspaceIdentity, label_value
+from gpuworkspace_spawner.lifecycle.limits import (
+    DiskLimits,
+    LimitVerdict,
+    decide_new_disk,
+    form_refusal,
+    pending_disk,
+    with_pending_disks,
+)
+from gpuworkspace_spawner.manifests.names import (
+    DISK_HOME,
+    DISK_ROOT,
+    LABEL_DISK,
+    LABEL_USER,
+    WorkspaceIdentity,
+    label_value,
+)
 from gpuworkspace_spawner.manifests.pvc import build_home_pvc, build_retain_patch
 from gpuworkspace_spawner.manifests.vm import build_root_disk
 from tests.unit.manifests.scenarios import CPU, context
@@ -166,6 +181,10 @@ class FakeSpawner:
     namespace = NS
     api = object()
     k8s_api_request_timeout = 5
+    reflectors: dict[str, Any] = {}  # noqa: RUF012 -- KubeSpawner's class-level watch caches: none here
+
+    def _get_reflector_key(self, key: str) -> str:
+        return key
 
     def __init__(self, per_user: int, total: int) -> None:
         self.max_disks_per_user, self.max_disks_total = per_user, total
@@ -179,19 +198,33 @@ class FakeSpawner:
         self.records.append(args)
 
 
+def lists(disks: list[dict[str, Any]], listed: list[str]) -> dict[str, Any]:
+    """API lists of home claims and root disks over ``disks``, each call noted in ``listed``."""
+
+    def of(kind: str) -> Any:
+        async def list_kind(api: Any, namespace: str, *, request_timeout: float) -> list[dict[str, Any]]:
+            listed.append(f"{kind} in {namespace}")
+            return [d for d in disks if d["metadata"]["labels"][LABEL_DISK] == kind]
+
+        return list_kind
+
+    return {"list_home_claims": of(DISK_HOME), "list_root_disks": of(DISK_ROOT)}
+
+
+@pytest.fixture(autouse=True)
+def _no_pending(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limiting, "_PENDING", {})  # each test starts a fresh hub process
+
+
 async def test_guard_refuses_before_the_block_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     listed: list[str] = []
-
-    async def list_disks(api: Any, namespace: str, *, request_timeout: float) -> list[dict[str, Any]]:
-        listed.append(namespace)
-        return TWO_OF_ALICE
-
-    monkeypatch.setattr(limiting, "list_disks", list_disks)
+    for name, fake in lists(TWO_OF_ALICE, listed).items():
+        monkeypatch.setattr(limiting, name, fake)
     spawner, created = FakeSpawner(per_user=2, total=0), []
     with pytest.raises(SpawnException) as refused:
         async with limiting.new_disk_guard(spawner, "PersistentVolumeClaim", "home-alice-c"):
             created.append("home-alice-c")
-    assert created == [] and listed == [NS]
+    assert created == [] and listed == [f"{DISK_HOME} in {NS}", f"{DISK_ROOT} in {NS}"]  # nothing watched
     assert refused.value.status_code == 403 and refused.value.reason == "disk-limit"
     assert refused.value.message.startswith("You already have 2 workspace disks")
     assert spawner._rejected, "stop() must not clean up (write) after a refusal"
@@ -202,13 +235,63 @@ async def test_guard_refuses_before_the_block_runs(monkeypatch: pytest.MonkeyPat
     assert created == ["x"]
 
 
-async def test_guard_without_limits_lists_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def list_disks(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        raise AssertionError("no limit configured: no API call")
+class WatchingSpawner(FakeSpawner):
+    """A hub whose runtimes watch home claims and root DataVolumes (caches that lag behind a create)."""
 
-    monkeypatch.setattr(limiting, "list_disks", list_disks)
+    def __init__(self, per_user: int, total: int, claims: list[dict[str, Any]]) -> None:
+        super().__init__(per_user, total)
+        cache = {f"{NS}/{d['metadata']['name']}": d for d in claims}
+        self.reflectors = {
+            "home-claims": SimpleNamespace(resources=cache),
+            "datavolumes": SimpleNamespace(resources={}),
+        }
+
+
+async def test_guard_reads_the_watch_caches_and_counts_a_disk_they_do_not_show_yet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    listed: list[str] = []
+    for name, fake in lists([], listed).items():
+        monkeypatch.setattr(limiting, name, fake)
+    spawner = WatchingSpawner(per_user=3, total=0, claims=list(TWO_OF_ALICE))
+    async with limiting.new_disk_guard(spawner, "PersistentVolumeClaim", "home-alice-c"):
+        pass  # created; the watch event has not arrived
+    with pytest.raises(SpawnException) as refused:
+        async with limiting.new_disk_guard(spawner, "DataVolume", "root-alice-d"):
+            raise AssertionError("a fourth disk must not be created")
+    assert refused.value.message.startswith("You already have 3 workspace disks")
+    assert listed == []  # both kinds from the caches: no API request
+
+    spawner.reflectors["home-claims"].resources[f"{NS}/home-alice-c"] = home("alice", "c")  # the event
+    async with limiting.new_disk_guard(
+        WatchingSpawner(4, 0, [*TWO_OF_ALICE, home("alice", "c")]), "DataVolume", "d"
+    ):
+        pass  # seen in the cache: counted once, not twice (3 of 4)
+
+
+def test_a_created_disk_counts_until_seen_or_for_a_while() -> None:
+    made = pending_disk("home-alice-c", DISK_HOME, "alice", "alice")
+    pending = {"home-alice-c": (100.0, made)}
+    disks, still = with_pending_disks([], pending, now=110.0, kept_s=60)
+    assert disks == [made] and still == pending
+    disks, still = with_pending_disks([home("alice", "c")], pending, now=110.0, kept_s=60)
+    assert [d["metadata"]["name"] for d in disks] == ["home-alice-c"] and still == {}
+    assert with_pending_disks([], pending, now=161.0, kept_s=60) == ([], {})
+    assert (
+        decide_new_disk(
+            [made], user="alice", user_label="alice", disk_name="x", limits=DiskLimits(per_user=1)
+        ).action
+        == "refuse"
+    )
+
+
+async def test_guard_without_limits_lists_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    listed: list[str] = []
+    for name, fake in lists([], listed).items():
+        monkeypatch.setattr(limiting, name, fake)
     async with limiting.new_disk_guard(FakeSpawner(0, 0), "PersistentVolumeClaim", "home-alice-c"):
         pass
+    assert listed == []
 
 
 # ------------------------------------------------------------------------------ the spawn form
