@@ -724,6 +724,27 @@ async def test_init_containers_then_liveness_failure_restarts(sim: Sim) -> None:
     assert ("Unhealthy", "Liveness probe failed: ") in events
 
 
+async def test_ready_without_a_readiness_probe_means_running_not_listening(sim: Sim) -> None:
+    """As the kubelet's ``UpdatePodStatus``: no readinessProbe, Ready once running (nothing listens on
+    the declared port); a tcpSocket readinessProbe on that port keeps the pod not Ready."""
+    quiet = {"name": "c", "image": "busybox", "command": ["sleep", "300"], "ports": [{"containerPort": 8080}]}
+    probed = {**quiet, "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}
+    sim.create_pod("quiet", [quiet], terminationGracePeriodSeconds=1)
+    sim.create_pod("probed", [probed], terminationGracePeriodSeconds=1)
+    await eventually(lambda: sim.condition("quiet", "Ready") == "True", what="quiet Ready")
+    assert sim.condition("quiet", "ContainersReady") == "True" and sim.status("quiet")["ready"]
+    ip = await eventually(lambda: sim.pod("probed")["status"]["podIP"], what="probed's IP")  # type: ignore[index]
+    refused = ("Unhealthy", f"Readiness probe failed: dial tcp {ip}:8080: connect: connection refused")
+    await eventually(lambda: refused in sim.events("probed"), what="probed's readiness probe refused")
+    cs = sim.status("probed")
+    assert "running" in cs["state"] and cs["started"] and not cs["ready"]
+    pod = sim.pod("probed")
+    assert pod is not None
+    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ContainersNotReady")
+    assert sim.condition("probed", "ContainersReady") == "False"
+
+
 def test_mount_table_keys_are_the_container_paths(tmp_path: Path) -> None:
     """GPUWORKSPACE_MOUNTS keys are plain absolute paths ("/x", never POSIX normpath's "//x")."""
     vols = PodVolumes(Store(None), tmp_path, "gpu-node-a", lambda handle: tmp_path / handle)
