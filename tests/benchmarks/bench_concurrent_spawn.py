@@ -164,6 +164,15 @@ def table(bursts: Sequence[Burst]) -> str:
     return "\n".join(lines)
 
 
+def requests_by_kind(burst: Burst, limit: int = 12) -> str:
+    """The burst's API requests by verb and resource, most frequent first, with the count per spawn."""
+    kinds = Counter(f"{r['verb']} {r.get('resource') or '-'}" for r in burst.requests)
+    n = max(1, len(burst.spawns))
+    lines = [f"requests during the burst, {SPAWNERS.get(burst.spawner, burst.spawner)} (count, per spawn):"]
+    lines += [f"  {c:>6} {c / n:>6.2f}  {kind}" for kind, c in kinds.most_common(limit)]
+    return "\n".join(lines)
+
+
 def ratios(bursts: Mapping[str, Burst]) -> str:
     ks, ours = bursts.get("kubespawner"), bursts.get("gpuworkspace")
     if not (ks and ours and ks.ready and ours.ready):
@@ -483,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print()
     print(table(list(bursts.values())))
+    for b in bursts.values():
+        print()
+        print(requests_by_kind(b))
     print()
     print(ratios(bursts))
     bench_report.emit(headline(bursts))

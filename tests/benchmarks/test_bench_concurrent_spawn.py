@@ -120,3 +120,12 @@ def test_extra_config_lifts_the_hub_limits_to_the_burst(spawner: str) -> None:
     # only KubeSpawner gets a profile_list: ours (a subclass) would otherwise inherit it
     assert ("c.KubeSpawner.profile_list" in config) == (spawner == "kubespawner")
     compile(config, "extra_config", "exec")
+
+
+def test_requests_by_kind_counts_per_spawn() -> None:
+    b = Burst("gpuworkspace", [Spawn("a", 1.0), Spawn("b", 2.0)])
+    b.requests = [{"verb": "list", "resource": "pods"}] * 3 + [{"verb": "create", "resource": "pods"}]
+    lines = p4.requests_by_kind(b).splitlines()
+    assert lines[0] == "requests during the burst, GPUWorkspaceSpawner (ours) (count, per spawn):"
+    assert lines[1].split() == ["3", "1.50", "list", "pods"]
+    assert lines[2].split() == ["1", "0.50", "create", "pods"]
