@@ -192,6 +192,20 @@ Several benchmarks start a devcluster, and only one may run per machine: on a sh
 Benchmarks have no pass/fail thresholds and `make test` never runs them. Figures from a shared,
 noisy machine move by ±10 % or more between runs (the spawn benchmarks interleave their peer and
 ours for that reason); compare the ratios, measured side by side, rather than absolute times.
+
+## Concurrent spawns (P4)
+
+`bench_concurrent_spawn` starts N servers (default 200, `--users`) through the hub at the same moment,
+for KubeSpawner and then for ours, on one devcluster in one run: N threads each `POST
+/hub/api/users/<u>/server`, one poll of `GET /hub/api/users` every 0.5 s sees them ready; it reports
+p50, p95 and max time from POST to ready, failed spawns with the hub's reason, and the Kubernetes API
+requests during the burst by verb. Goal: p95 at most 1.10x KubeSpawner's, no failures. Both spawners
+run the devcluster's lite single-user image (one shared listener process per node instead of 200
+jupyter-server processes) with 10m CPU / 64Mi requested on a node pool spanning every node (the CPU node
+holds 110 pods); ours reads a catalog the benchmark writes into its work directory, KubeSpawner gets the
+same profile as its `profile_list`. For the benchmark only, the hub's `concurrent_spawn_limit` and
+`active_server_limit` are raised to N (JupyterHub's default of 100 concurrent spawns would refuse half of
+the burst). Its module docstring has the details.
 """
 
 

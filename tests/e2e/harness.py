@@ -353,7 +353,11 @@ class Hub:
         spawner: str = "kubespawner",
         catalog: Path | None = None,
         extra_env: dict[str, str] | None = None,
+        *,
+        extra_config: str = "",
     ) -> None:
+        """``extra_config``: Python lines appended to the generated wrapper, after the real configuration
+        and the harness's own settings (a benchmark's limits, a profile of its own)."""
         self.workdir = workdir.resolve()
         self.data_dir = self.workdir / "hub-data"
         self.public_port, self.hub_port, self.proxy_api_port = free_port(), free_port(), free_port()
@@ -363,7 +367,7 @@ class Hub:
         self.spawner = spawner
         config = self.workdir / "jupyterhub_config_e2e.py"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        config.write_text(_WRAPPER.format(config=str(HUB_CONFIG), token=self.admin_token))
+        config.write_text(_WRAPPER.format(config=str(HUB_CONFIG), token=self.admin_token) + extra_config)
         env = _base_env() | {
             "GPUWS_STATE_DIR": str(devcluster.state_dir),
             "KUBECONFIG": str(devcluster.kubeconfig),
