@@ -179,8 +179,6 @@ def _notebook(
     out = dict(container)
     out["resources"] = _resources(profile.resources)
     out["ports"] = _ports(container.get("ports") or [])
-    if not out.get("readinessProbe"):  # one the deployment configured (extra_container_config) stays
-        out["readinessProbe"] = serving_probe()
     out["securityContext"] = _container_security(profile.security)
     out["volumeMounts"] = kept + [copy.deepcopy(dict(v.mount)) for v in ours]
     out["workingDir"] = profile.storage.home.mount_path
@@ -190,26 +188,6 @@ def _notebook(
         env = [e for e in container.get("env") or [] if e.get("name") != "NVIDIA_VISIBLE_DEVICES"]
         out["env"] = [*env, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     return out
-
-
-def serving_probe() -> dict[str, Any]:
-    """The server's readiness: its port accepts connections, checked by the kubelet every second.
-
-    Without a readinessProbe Kubernetes calls a container ready as soon as it runs (the kubelet's
-    prober_manager.go UpdatePodStatus), before the server listens. With it, the pod's Ready condition (and
-    so the workspace state "Running") means "the server answers". The start does not wait for it: it
-    connects to the server's port itself once the container runs (a probe every second would end starts
-    on whole seconds). TCP, not HTTP: the same for jupyter-server and code-server, with no base URL or
-    token involved. Only readiness: a busy server still accepts connections, and nothing here restarts a
-    workspace. The singleuser NetworkPolicy does not block it: traffic from the pod's own node (the
-    kubelet) is always allowed.
-    """
-    return {
-        "tcpSocket": {"port": NOTEBOOK_PORT_NAME},
-        "periodSeconds": 1,
-        "timeoutSeconds": 1,
-        "failureThreshold": 3,
-    }
 
 
 def _resources(resources: Resources) -> dict[str, dict[str, str]]:

@@ -225,10 +225,10 @@ def test_runtime_class_without_pool(kubespawner_pod: dict[str, Any]) -> None:
     assert build_workspace_pod(kubespawner_pod, context(profile))["spec"]["runtimeClassName"] == "gvisor"
 
 
-def test_the_server_is_ready_when_its_port_accepts_connections(kubespawner_pod: dict[str, Any]) -> None:
-    probe = _container(build_workspace_pod(kubespawner_pod, context(CPU)))["readinessProbe"]
-    assert probe["tcpSocket"] == {"port": "notebook-port"}  # the server's port, named as KubeSpawner names it
-    assert probe["periodSeconds"] == 1
+def test_no_readiness_probe_is_added(kubespawner_pod: dict[str, Any]) -> None:
+    """Ready stays "the container runs" (Kubernetes' default, as KubeSpawner's pods have it): the start
+    itself waits for the server's port, and the hub reports it ready then, never before the pod is Ready."""
+    assert "readinessProbe" not in _container(build_workspace_pod(kubespawner_pod, context(CPU)))
 
 
 def test_a_readiness_probe_the_deployment_configured_stays(kubespawner_pod: dict[str, Any]) -> None:
