@@ -7,7 +7,6 @@ I/O the spawner lends it (``spawnerports``). State lives on the cluster; the hub
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -41,6 +40,7 @@ from .manifests.names import WorkspaceContext, WorkspaceIdentity, owner_key
 from .manifests.pod import build_workspace_pod
 from .probecredentials import STATE_KEY as PROBE_STATE_KEY
 from .probecredentials import issue_server_probe_token, probe_token_from_state, revoke_server_probe_tokens
+from .progresslog import ProgressLog
 from .runtimes import Runtime, RuntimeContext, choose_evicted, choose_runtime
 from .runtimes.container import ContainerRuntime
 from .selfhealing import FAILURE_KEY, SelfHealing
@@ -158,6 +158,7 @@ class GPUWorkspaceSpawner(SelfHealing, KubeSpawner):
         self._probe_token: str | None = None  # the culler's credential for this server alone
         self._ports = SpawnerPorts(self)  # what the runtimes may use of this spawner
         self._chosen: Runtime | None = None  # chosen at a start or from the state, when first needed
+        self._progress = ProgressLog()  # the steps of the current (or last) start
         super().__init__(*args, **kwargs)
 
     @default("pvc_name_template")
@@ -330,7 +331,12 @@ class GPUWorkspaceSpawner(SelfHealing, KubeSpawner):
             return False
 
     async def _start_workspace(self) -> Any:
+        self._progress = ProgressLog()  # before any await: a page asking now follows this start
         await self.load_user_options()
+        async with self._progress.recording(lambda: self._runtime().progress(), self._ports.next_pod_change):
+            return await self._start_runtime()
+
+    async def _start_runtime(self) -> Any:
         self._reset_healing()  # a new start: no stop intent, no rebuild history, no old failure
         self.workspace_state.pop(FAILURE_KEY, None)
         # the idle culler's credential for this server alone, in its state (:mod:`.probecredentials`)
@@ -390,16 +396,10 @@ class GPUWorkspaceSpawner(SelfHealing, KubeSpawner):
         return self._ports.cached("pods", self.pod_name)
 
     async def progress(self) -> Any:
-        """Spawn progress from the runtime's watch caches (no API calls)."""
-        last = None
-        while True:
-            step = self._runtime().progress()
-            if (step.phase, step.message) != last:
-                last = (step.phase, step.message)
-                yield {"progress": step.percent, "message": step.message}
-            if self._start_future is not None and self._start_future.done():
-                break
-            await asyncio.sleep(1)
+        """Every step this start has passed (a page opened late sees them too), then each new one as the
+        watches show it (:mod:`.progresslog`); no API calls."""
+        async for step in self._progress.follow(lambda: self._runtime().progress()):
+            yield {"progress": step.percent, "message": step.message}
 
     # --- stop and delete -----------------------------------------------------------------------
 
