@@ -83,9 +83,18 @@ def scheduler_of(
     return call(f"{stack.url}/user/alice/{server}/scheduler", token, method, path, body)
 
 
-def fill_job_form(page: Any, name: str, parameter: tuple[str, str], environment: str) -> Any:
+def fill_job_form(
+    page: Any, name: str, parameter: tuple[str, str], environment: str, notebook: str = "train.ipynb"
+) -> Any:
     """In the open notebook: the toolbar's "Create a notebook job" form, filled in as a user does (the
-    job's name, one parameter, the job profile as its environment). Returns the form's Create button."""
+    job's name, one parameter, the job profile as its environment). Returns the form's Create button.
+
+    jupyter-scheduler 2.x fills the form's input file from the file browser's selection, not from the
+    notebook whose toolbar was clicked (its ``scheduling:create-from-notebook`` command reads
+    ``IFileBrowserFactory.tracker.currentWidget.selectedItems()``; jupyter-scheduler#503): opening a
+    notebook by URL usually selects it, but not always, and the form then says the input is no notebook.
+    The notebook is selected in the file browser first, as docs/how-to/notebook-jobs.md tells users."""
+    page.locator(".jp-DirListing-item", has_text=notebook).first.click()
     page.locator(".jp-NotebookPanel-toolbar [data-jp-item-name='create-job']").click()
     page.get_by_label("Job name").fill(name)
     page.get_by_role("button", name="Add new parameter").click()
@@ -97,6 +106,24 @@ def fill_job_form(page: Any, name: str, parameter: tuple[str, str], environment:
     page.get_by_role("option", name=environment, exact=True).click()
     page.get_by_role("listbox").wait_for(state="hidden")  # the menu closed: the form is what shows
     return page.get_by_role("button", name="Create", exact=True)
+
+
+def reload_until(page: Any, locator: Any, what: str, screenshot: str, tries: int = 36) -> None:
+    """The Notebook Jobs panel reads its list once (it says "please reload the list in a few seconds"):
+    reload it as a user would, until ``locator`` shows. Fails with what the page says, also when the panel
+    is not showing at all (the Create did not go through: the form is still there, with its error)."""
+    for _ in range(tries):
+        try:
+            locator.wait_for(timeout=5_000)
+            return
+        except Exception:  # playwright's TimeoutError
+            reload = page.get_by_role("button", name="Reload")
+            if reload.count() == 0:
+                break
+            reload.click()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / screenshot), full_page=True)
+    pytest.fail(f"{what} never showed; the page says: {page.locator('body').inner_text()[:3000]}")
 
 
 def _job_names(stack: HubStack) -> set[str]:
@@ -223,18 +250,7 @@ def test_create_notebook_job_in_jupyterlab(stack: HubStack, browser: Any) -> Non
             pytest.fail(f"the form refuses to create: {page.locator('form').inner_text()[:2000]}")
         create.click()
         row = page.locator("tr", has_text="mnist from lab")
-        # the panel says "If you do not see it in the list below, please reload the list in a few seconds"
-        # (its list is read once): reload as a user would, until the row is there
-        for _ in range(24):
-            try:
-                row.wait_for(timeout=5_000)
-                break
-            except Exception:  # playwright's TimeoutError
-                page.get_by_role("button", name="Reload").click()
-        else:
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "notebook-jobs-created.png"), full_page=True)
-            pytest.fail(f"no row for the job; the page says: {page.locator('body').inner_text()[:3000]}")
+        reload_until(page, row, "the job's row", "notebook-jobs-created.png", tries=24)
 
         listed: dict[str, Any] = {}
 

@@ -21,7 +21,7 @@ import pytest
 
 from .harness import REPO, HubStack, logged_in_page
 from .test_disk_admin import call, user_token
-from .test_notebook_jobs import ARTIFACTS, JOBS, fill_job_form
+from .test_notebook_jobs import ARTIFACTS, JOBS, fill_job_form, reload_until
 from .test_workspace_lifecycle import contents, kubectl, start, write_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -60,17 +60,8 @@ def _ours(stack: HubStack) -> None:
         pytest.skip("the jobs service and our jupyter-scheduler backend are this project's spawner's")
 
 
-def _reload_until(page: Any, locator: Any, what: str, tries: int = 36) -> None:
-    """The Notebook Jobs panel reads its list once: reload it as a user would, until ``locator`` shows."""
-    for _ in range(tries):
-        try:
-            locator.wait_for(timeout=5_000)
-            return
-        except Exception:  # playwright's TimeoutError
-            page.get_by_role("button", name="Reload").click()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "tutorial-job-failed.png"), full_page=True)
-    pytest.fail(f"{what} never showed; the page says: {page.locator('body').inner_text()[:3000]}")
+def _reload_until(page: Any, locator: Any, what: str) -> None:
+    reload_until(page, locator, what, "tutorial-job-failed.png")
 
 
 def test_the_tutorial_runs_a_notebook_as_a_job_on_the_shipped_catalog(stack: HubStack, browser: Any) -> None:
