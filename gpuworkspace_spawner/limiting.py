@@ -13,8 +13,9 @@ hub cannot both take the last free place. A disk this hub created under the lock
 under the lock shows it (for at most PENDING_KEPT_S), so a watch cache a moment behind the create cannot
 let the next start past the limit. Reading the caches costs no request, so 200 first starts at once do
 not take turns at an API list each (issue 19's P4 found exactly that: 10 s of a start spent queueing
-behind the lock). A kind the hub does not watch yet is still listed under the lock (root DataVolumes
-until the first VM start). (One hub process per release, as z2jh runs it.)
+behind the lock). Root DataVolumes are listed under the lock once, by the first start that creates a
+disk, and watched from then on where CDI is installed (a VM start watches them too); where it is not,
+there is none to count. (One hub process per release, as z2jh runs it.)
 
 The spawn form says the same before the click: :func:`form_refusals` lists the disks once when the
 form is rendered, and each profile card whose start would create a disk past a limit says why. The
@@ -36,6 +37,7 @@ from .k8s.errors import is_unavailable
 from .lifecycle.limits import DiskLimits, decide_new_disk, pending_disk, start_refusals, with_pending_disks
 from .manifests.names import DISK_HOME, DISK_ROOT, LABEL_DISK, LABEL_USER
 from .manifests.vm import vm_names
+from .runtimes.vm import ROOT_DISKS_WATCH, start_custom_watch
 
 HOME_SELECTOR = f"{LABEL_DISK}={DISK_HOME}"
 ROOT_SELECTOR = f"{LABEL_DISK}={DISK_ROOT}"
@@ -52,7 +54,12 @@ async def list_home_claims(api: Any, namespace: str, *, request_timeout: float) 
 
 async def list_root_disks(api: Any, namespace: str, *, request_timeout: float) -> list[dict[str, Any]]:
     """Every VM root DataVolume in ``namespace`` (an API list; no CDI installed: none)."""
-    return await custom.list_namespaced(
+    return await list_root_disks_if_served(namespace, request_timeout=request_timeout) or []
+
+
+async def list_root_disks_if_served(namespace: str, *, request_timeout: float) -> list[dict[str, Any]] | None:
+    """Every VM root DataVolume in ``namespace``, or None when the cluster has no CDI (an API list)."""
+    return await custom.list_if_served(
         custom.custom_api(),
         DATA_VOLUMES,
         namespace,
@@ -80,10 +87,21 @@ async def current_disks(spawner: Any) -> list[dict[str, Any]]:
     claims = _watched(spawner, "home-claims")
     if claims is None:
         claims = await list_home_claims(spawner.api, ns, request_timeout=timeout)
-    roots = _watched(spawner, "datavolumes")
+    key, kind, labels = ROOT_DISKS_WATCH  # kind: DATA_VOLUMES
+    roots = _watched(spawner, key)
     if roots is None:
-        roots = await list_root_disks(spawner.api, ns, request_timeout=timeout)
+        served = await list_root_disks_if_served(ns, request_timeout=timeout)
+        roots = served or []
+        if served is not None:  # CDI is installed: from now on the limits read a watch cache, as VMs do
+            await start_custom_watch(_spawner_watch(spawner), key, kind, labels)
     return [*claims, *roots]
+
+
+def _spawner_watch(spawner: Any) -> Any:
+    async def watch(key: str, reflector_class: Any, **kwargs: Any) -> Any:
+        return await spawner._start_reflector(kind=key, reflector_class=reflector_class, **kwargs)
+
+    return watch
 
 
 @contextlib.asynccontextmanager

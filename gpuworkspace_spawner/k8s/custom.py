@@ -146,11 +146,22 @@ async def delete_core(namespace: str, kind: str, name: str, *, request_timeout: 
         await _json(method(name, namespace, _preload_content=False, _request_timeout=request_timeout))
 
 
-@retry_unavailable
 async def list_namespaced(
     api: Api, kind: Kind, namespace: str, *, label_selector: str = "", request_timeout: float
 ) -> list[Obj]:
     """The namespace's objects of ``kind``; an absent CRD (404: no KubeVirt/CDI here) is an empty list."""
+    found = await list_if_served(
+        api, kind, namespace, label_selector=label_selector, request_timeout=request_timeout
+    )
+    return [] if found is None else found
+
+
+@retry_unavailable
+async def list_if_served(
+    api: Api, kind: Kind, namespace: str, *, label_selector: str = "", request_timeout: float
+) -> list[Obj] | None:
+    """The namespace's objects of ``kind``, or None when the cluster does not serve it (404: its CRD is
+    not installed), which a caller may tell from an empty list."""
     try:
         listed = await _json(
             api.list_namespaced_custom_object(
@@ -164,7 +175,7 @@ async def list_namespaced(
             )
         )
     except NotFound:
-        return []
+        return None
     return list(listed.get("items") or [])
 
 

@@ -50,11 +50,26 @@ if TYPE_CHECKING:
 
 NOTEBOOK_PORT = 8888
 _LIVE_VMI_PHASES = ("Pending", "Scheduling", "Scheduled", "Running")
+ROOT_DISKS_WATCH = ("datavolumes", DATA_VOLUMES, {LABEL_DISK: DISK_ROOT})  # the disk limits' too
 _WATCHED = (
     ("vms", VIRTUAL_MACHINES, {LABEL_RUNTIME: "vm"}),
     ("vmis", VM_INSTANCES, {LABEL_RUNTIME: "vm"}),
-    ("datavolumes", DATA_VOLUMES, {LABEL_DISK: DISK_ROOT}),
+    ROOT_DISKS_WATCH,
 )
+
+
+async def start_custom_watch(watch: Any, key: str, kind: custom.Kind, labels: dict[str, str]) -> None:
+    """Start (once per hub: KubeSpawner keeps reflectors by ``key``) the watch cache ``key`` of ``kind``'s
+    objects with ``labels`` in the hub's namespace; ``watch`` is ``Ports.watch``'s signature."""
+    await watch(
+        key,
+        CustomReflector,
+        kind_group=kind.group,
+        kind_version=kind.version,
+        kind_plural=kind.plural,
+        labels=labels,
+        omit_namespace=False,
+    )
 
 
 def vm_poll_status(vm: dict[str, Any] | None, vmi: dict[str, Any] | None) -> int | None:
@@ -87,15 +102,7 @@ class VmRuntime:
 
     async def _watch(self) -> None:
         for key, kind, labels in _WATCHED:
-            await self.ports.watch(
-                key,
-                CustomReflector,
-                kind_group=kind.group,
-                kind_version=kind.version,
-                kind_plural=kind.plural,
-                labels=labels,
-                omit_namespace=False,
-            )
+            await start_custom_watch(self.ports.watch, key, kind, labels)
 
     def _workspace(self) -> WorkspaceContext:
         """The start's context, whose home claim is the root disk (the manifests' builders check it)."""

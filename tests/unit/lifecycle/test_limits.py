@@ -197,18 +197,24 @@ class FakeSpawner:
     def _log_record(self, *args: str) -> None:
         self.records.append(args)
 
+    async def _start_reflector(self, kind: str, reflector_class: Any, **kwargs: Any) -> Any:
+        """KubeSpawner's: a watch cache shared by every server of the hub, kept by ``kind``."""
+        self.reflectors = {**self.reflectors, kind: SimpleNamespace(resources={}, kwargs=kwargs)}
+        return self.reflectors[kind]
+
 
 def lists(disks: list[dict[str, Any]], listed: list[str]) -> dict[str, Any]:
     """API lists of home claims and root disks over ``disks``, each call noted in ``listed``."""
 
     def of(kind: str) -> Any:
-        async def list_kind(api: Any, namespace: str, *, request_timeout: float) -> list[dict[str, Any]]:
+        async def list_kind(*api_and_namespace: Any, request_timeout: float) -> list[dict[str, Any]]:
+            namespace = api_and_namespace[-1]
             listed.append(f"{kind} in {namespace}")
             return [d for d in disks if d["metadata"]["labels"][LABEL_DISK] == kind]
 
         return list_kind
 
-    return {"list_home_claims": of(DISK_HOME), "list_root_disks": of(DISK_ROOT)}
+    return {"list_home_claims": of(DISK_HOME), "list_root_disks_if_served": of(DISK_ROOT)}
 
 
 @pytest.fixture(autouse=True)
@@ -225,6 +231,13 @@ async def test_guard_refuses_before_the_block_runs(monkeypatch: pytest.MonkeyPat
         async with limiting.new_disk_guard(spawner, "PersistentVolumeClaim", "home-alice-c"):
             created.append("home-alice-c")
     assert created == [] and listed == [f"{DISK_HOME} in {NS}", f"{DISK_ROOT} in {NS}"]  # nothing watched
+    # CDI answered: the root disks are watched from now on (as a VM start watches them), not listed again
+    assert spawner.reflectors["datavolumes"].kwargs["labels"] == {LABEL_DISK: DISK_ROOT}
+    listed.clear()
+    with pytest.raises(SpawnException):
+        async with limiting.new_disk_guard(spawner, "PersistentVolumeClaim", "home-alice-c"):
+            created.append("home-alice-c")
+    assert listed == [f"{DISK_HOME} in {NS}"]
     assert refused.value.status_code == 403 and refused.value.reason == "disk-limit"
     assert refused.value.message.startswith("You already have 2 workspace disks")
     assert spawner._rejected, "stop() must not clean up (write) after a refusal"
@@ -233,6 +246,22 @@ async def test_guard_refuses_before_the_block_runs(monkeypatch: pytest.MonkeyPat
     async with limiting.new_disk_guard(FakeSpawner(per_user=3, total=0), "DataVolume", "x"):
         created.append("x")
     assert created == ["x"]
+
+
+async def test_without_cdi_the_guard_watches_no_data_volumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    listed: list[str] = []
+    monkeypatch.setattr(limiting, "list_home_claims", lists(TWO_OF_ALICE, listed)["list_home_claims"])
+
+    async def no_cdi(namespace: str, *, request_timeout: float) -> None:
+        listed.append("datavolumes: 404")
+
+    monkeypatch.setattr(limiting, "list_root_disks_if_served", no_cdi)
+    spawner = FakeSpawner(per_user=3, total=0)
+    for _ in range(2):
+        async with limiting.new_disk_guard(spawner, "PersistentVolumeClaim", "home-alice-c"):
+            pass
+    assert "datavolumes" not in spawner.reflectors  # a watch of a kind the cluster does not serve fails
+    assert listed.count("datavolumes: 404") == 2
 
 
 class WatchingSpawner(FakeSpawner):
