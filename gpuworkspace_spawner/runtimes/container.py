@@ -50,6 +50,7 @@ class ContainerRuntime:
         self.ctx, self.ports = ctx, ports
         self.ns = ctx.identity.namespace
         self.claim_name = ctx.home_claim  # may change at start: an older claim of the workspace is kept
+        self._audits: list[asyncio.Future[None]] = []  # audit Events being written beside the start
 
     # --- watch caches --------------------------------------------------------------------------
 
@@ -71,6 +72,12 @@ class ContainerRuntime:
 
     async def start(self, others: Sequence[Runtime]) -> str:
         """The container start, audited; ``others``' compute of this workspace is stopped first."""
+        try:
+            return await self._start(others)
+        finally:
+            await self._audited()
+
+    async def _start(self, others: Sequence[Runtime]) -> str:
         ports, pod_name = self.ports, self.ctx.pod_name
         await ports.watch_pods()
         prepared = asyncio.get_running_loop().time()
@@ -91,10 +98,19 @@ class ContainerRuntime:
         except SpawnException as exc:
             await ports.audit("workspace-start-failed", "Pod", pod_name, f"{exc.reason}: {exc.message}")
             raise
-        await ports.audit("workspace-started", "Pod", pod_name, f"Workspace ready at {url}")
         ports.remember_pod(self._pod())  # what a rebuild copies
-        await self.record_last_node(((self._pod() or {}).get("spec") or {}).get("nodeName"))
+        # two writes after the server answers, at once: each is a request KubeSpawner's start does not make
+        await asyncio.gather(
+            ports.audit("workspace-started", "Pod", pod_name, f"Workspace ready at {url}"),
+            self.record_last_node(((self._pod() or {}).get("spec") or {}).get("nodeName")),
+        )
         return str(url)
+
+    async def _audited(self) -> None:
+        """Wait for the audit records written beside the start (a new disk's Event), so that none is still
+        being written when the start returns or fails; their failures are logged by ``Ports.audit``."""
+        writes, self._audits = self._audits, []
+        await asyncio.gather(*writes)
 
     async def check_fencing(self, *, own_uids: frozenset[str]) -> None:
         """The fencing check for the home claim (also before self-healing rebuilds a pod)."""
@@ -171,7 +187,12 @@ class ContainerRuntime:
             async with self.ports.new_disk_guard("PersistentVolumeClaim", name):
                 body = with_policy(build_home_pvc(ws), policy, patch=False)
                 claim = await gateway.create_pvc(api, ns, body, request_timeout=timeout)
-            await self.ports.audit("disk-created", "PersistentVolumeClaim", name, reason, claim)
+            # its Event is written while the start goes on (the log line now): awaited by ``_audited``
+            self._audits.append(
+                asyncio.ensure_future(
+                    self.ports.audit("disk-created", "PersistentVolumeClaim", name, reason, claim)
+                )
+            )
             return claim
         patch = with_policy(build_adopt_patch(ws), policy, patch=True)
         claim = await gateway.patch_pvc(api, ns, name, patch, request_timeout=timeout)
