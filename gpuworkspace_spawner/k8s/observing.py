@@ -56,6 +56,7 @@ class ObjectWatch:
         self.error: str | None = None  # the last list or watch failure, None once a list succeeds
         self.changes = 0  # bumped on every list and event, for callers that cache derived data
         self.synced = asyncio.Event()  # set once the first list arrived
+        self._changed = asyncio.Event()  # set (and replaced) at each change: wakes ``next_change``
         self._task = asyncio.ensure_future(self._run())
 
     @property
@@ -75,7 +76,8 @@ class ObjectWatch:
                 )
                 keep = self.keep or (lambda o: o)
                 self.objects = {_key(o): keep(o) for o in listed.get("items") or []}
-                self.error, self.changes = None, self.changes + 1
+                self.error = None
+                self._bump()
                 self.synced.set()
                 version = (listed.get("metadata") or {}).get("resourceVersion")
                 while True:  # re-watch from the last seen version; any failure lists again
@@ -106,8 +108,24 @@ class ObjectWatch:
                     self.objects[_key(obj)] = self.keep(obj) if self.keep else obj
                 else:
                     continue
-                self.changes += 1
+                self._bump()
         return version
+
+    def _bump(self) -> None:
+        self.changes += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def next_change(self, seen: int, timeout_s: float) -> bool:
+        """Wait until :attr:`changes` has moved past ``seen`` (a list or a watch event): True, or False once
+        ``timeout_s`` seconds passed without one."""
+        if self.changes != seen:
+            return True
+        try:
+            await asyncio.wait_for(self._changed.wait(), max(0.0, timeout_s))
+        except TimeoutError:
+            return False
+        return True
 
     async def ready(self, timeout_s: float) -> None:
         """Wait for the first list; :class:`.errors.Unavailable` (with the last error) after ``timeout_s``."""

@@ -288,8 +288,9 @@ NOT_USED: dict[str, str] = {
 }
 # Verbs the run uses only when timing makes the code need them.
 GRANTS_USED_BY_TIMING: dict[tuple[str, str, str], str] = {
-    ("watch", "snapshot.storage.k8s.io", "volumesnapshots"): "storage.wait_for_snapshot watches only "
-    "when its first read finds the snapshot not ready yet; the simulated CSI is usually faster",
+    ("watch", "snapshot.storage.k8s.io", "volumesnapshots"): "the jobs service's storage.wait_for_snapshot "
+    "watches only when its first read finds the snapshot not ready yet; the simulated CSI is usually faster "
+    "(the disk service's snapshot worker always watches them)",
 }
 # Verbs of used rules that no request of the run used, each with the path that needs it.
 GRANTS_NOT_USED: dict[tuple[str, str, str], str] = {

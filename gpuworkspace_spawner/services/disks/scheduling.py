@@ -2,15 +2,16 @@
 
 Runs inside the disk service (``gpuworkspace-disks``), with its ServiceAccount. The schedule is the one
 the spawner stamped on the claim from the profile's ``storage.home.snapshots``
-(:mod:`~gpuworkspace_spawner.lifecycle.diskpolicy`). Each pass lists the workspace disks and the
-scheduled snapshots, asks :func:`~gpuworkspace_spawner.lifecycle.snapshotschedule.decide_snapshot_due`
+(:mod:`~gpuworkspace_spawner.lifecycle.diskpolicy`). It keeps the workspace disks and the scheduled
+snapshots in watch caches (listed once, then watched: a pass per new disk used to list both, so 200 starts
+at once made 200 growing lists, issue 19's P4). Each pass asks :func:`~gpuworkspace_spawner.lifecycle.snapshotschedule.decide_snapshot_due`
 per disk, takes the due snapshots (the same code path as an admin's snapshot: audited
 ``disk-snapshotted``), and only once a new snapshot is ready deletes the older scheduled ones that
 :func:`~gpuworkspace_spawner.lifecycle.snapshotschedule.decide_prune` names (audited
 ``disk-snapshot-pruned``). Fail closed: a snapshot that fails or is not ready in time is audited
 ``disk-snapshot-failed`` (a Warning Event on the claim) and nothing is deleted. Between passes the
-worker watches the disks (a start that stamps a new schedule wakes it) and sleeps until the next disk
-is due; it never polls.
+worker waits for a change of a disk (a start that stamps a new schedule wakes it) or the next disk's due
+time; it never polls.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from ...k8s import Conflict, KubernetesError, NotFound, gateway, storage
+from ...k8s import Conflict, KubernetesError, NotFound, storage
+from ...k8s.observing import ObjectWatch
 from ...lifecycle.diskops import LABEL_SNAPSHOT_KIND, SNAPSHOT_SCHEDULED, snapshot_name, snapshot_progress
 from ...lifecycle.diskpolicy import snapshot_schedule_of_disk
 from ...lifecycle.snapshotschedule import DueVerdict, decide_prune, decide_snapshot_due, next_wake
@@ -30,6 +32,7 @@ from .operations import DISK_SELECTOR, DiskOperations
 log = logging.getLogger("gpuworkspace.disks.snapshots")
 Obj = dict[str, Any]
 RETRY_S = 10.0
+SCHEDULED_SELECTOR = f"{LABEL_SNAPSHOT_KIND}={SNAPSHOT_SCHEDULED}"
 
 
 class SnapshotWorker:
@@ -43,21 +46,29 @@ class SnapshotWorker:
     def _ns(self) -> str:
         return self.ops.settings.namespace
 
-    async def _scheduled_snapshots(self) -> list[Obj]:
-        listed = await storage.list_snapshots(
-            self.ops.api,
-            self._ns,
-            f"{LABEL_SNAPSHOT_KIND}={SNAPSHOT_SCHEDULED}",
-            request_timeout=self.ops._rt,
+    def _watches(self) -> tuple[ObjectWatch, ObjectWatch]:
+        """The disks and the scheduled snapshots, each listed once and then watched."""
+        group, version, plural = storage.SNAPSHOTS
+        claims = ObjectWatch(
+            "list_namespaced_persistent_volume_claim", log, args=(self._ns,), label_selector=DISK_SELECTOR
         )
-        return list(listed.get("items") or [])
+        snapshots = ObjectWatch(
+            "list_namespaced_custom_object",
+            log,
+            args=(group, version, self._ns, plural),
+            label_selector=SCHEDULED_SELECTOR,
+            api_name="CustomObjectsApi",
+        )
+        return claims, snapshots
 
-    async def run_once(self, now: datetime) -> tuple[list[DueVerdict], str]:
-        """One pass: the verdicts (for the next wake-up) and the claims' list resourceVersion (to watch from)."""
-        listed = await gateway.list_pvcs(self.ops.api, self._ns, DISK_SELECTOR, request_timeout=self.ops._rt)
-        claims = list(listed.get("items") or [])
-        snapshots = await self._scheduled_snapshots()
-        verdicts = [decide_snapshot_due(c, snapshots, now=now) for c in claims]
+    async def pass_over(
+        self, claims: list[Obj], snapshots: dict[str, Obj], now: datetime
+    ) -> list[DueVerdict]:
+        """One pass over the disks: the verdicts (for the next wake-up). ``snapshots`` (the watch cache, keyed
+        ``namespace/name``) gets the snapshots this pass took and loses those it pruned, so the next pass
+        does not take a disk's snapshot again before the watch has shown it."""
+        known = list(snapshots.values())
+        verdicts = [decide_snapshot_due(c, known, now=now) for c in claims]
         due = []
         for claim, verdict in zip(claims, verdicts, strict=True):
             if verdict.action == "invalid":
@@ -65,12 +76,17 @@ class SnapshotWorker:
             elif verdict.action == "snapshot":
                 log.info("%s", verdict.reason)
                 due.append(claim)
-        await asyncio.gather(*(self.snapshot(claim, snapshots, now) for claim in due))
-        version = str((listed.get("metadata") or {}).get("resourceVersion") or "")
-        return verdicts, version
+        taken = await asyncio.gather(*(self.snapshot(claim, known, now) for claim in due))
+        for made, pruned in taken:
+            if made is not None:
+                snapshots[f"{self._ns}/{made['metadata']['name']}"] = made
+            for name in pruned:
+                snapshots.pop(f"{self._ns}/{name}", None)
+        return verdicts
 
-    async def snapshot(self, claim: Obj, snapshots: list[Obj], now: datetime) -> bool:
-        """Take one scheduled snapshot of ``claim``; prune only once it is ready. Never raises."""
+    async def snapshot(self, claim: Obj, snapshots: list[Obj], now: datetime) -> tuple[Obj | None, list[str]]:
+        """Take one scheduled snapshot of ``claim``; prune only once it is ready. Never raises. The snapshot
+        taken (None when none was) and the names pruned."""
         name = str(claim["metadata"]["name"])
         snap_name = snapshot_name(name, now, SNAPSHOT_SCHEDULED)
         schedule = snapshot_schedule_of_disk(claim).schedule
@@ -82,47 +98,57 @@ class SnapshotWorker:
             )
         except (ServiceError, KubernetesError) as exc:
             await self._failed(claim, snap_name, f"could not be created: {exc}")
-            return False
+            return None, []
         if not ready:
             await self._failed(claim, snap_name, f"was not ready in time: {snapshot_progress(snap)[1]}")
-            return False
+            return snap, []
+        pruned = []
         if schedule is not None:
             for prune in decide_prune(name, [*snapshots, snap], keep=schedule.keep):
-                await self._prune(claim, [*snapshots, snap], prune.name, prune.reason)
-        return True
+                if await self._prune(claim, [*snapshots, snap], prune.name, prune.reason):
+                    pruned.append(prune.name)
+        return snap, pruned
 
     async def _failed(self, claim: Obj, snap_name: str, why: str) -> None:
         message = f"Scheduled snapshot {snap_name} {why}; no older snapshot was deleted"
         log.warning("%s: %s", claim["metadata"]["name"], message)
         await self.ops.audit("disk-snapshot-failed", claim, message, self.caller, snapshot=snap_name)
 
-    async def _prune(self, claim: Obj, snapshots: list[Obj], name: str, reason: str) -> None:
+    async def _prune(self, claim: Obj, snapshots: list[Obj], name: str, reason: str) -> bool:
         uid = next(
             (str(s["metadata"].get("uid", "")) for s in snapshots if s["metadata"]["name"] == name), ""
         )
         try:
             await storage.delete_snapshot(self.ops.api, self._ns, name, uid=uid, request_timeout=self.ops._rt)
         except (Conflict, NotFound):
-            return  # gone or replaced since the list: nothing of ours to delete
+            return False  # gone or replaced since the list: nothing of ours to delete
         except KubernetesError as exc:
             log.warning("Could not delete scheduled snapshot %s: %s", name, exc)
-            return
+            return False
         message = f"Scheduled snapshot {name} deleted: {reason}"
         await self.ops.audit("disk-snapshot-pruned", claim, message, self.caller, snapshot=name)
+        return True
 
     async def run(self) -> None:
-        """Pass, then watch the disks until a change or the next due time; errors are logged and retried."""
-        while True:
-            now = datetime.now(UTC)
-            try:
-                verdicts, version = await self.run_once(now)
-                wait_s = next_wake(verdicts, datetime.now(UTC), at_most_s=self.resync_s)
-                await gateway.wait_for_claim_change(
-                    self.ops.api, self._ns, DISK_SELECTOR, version, max(1, round(wait_s))
-                )
-            except KubernetesError as exc:
-                log.warning("Snapshot schedule pass failed (%s); retrying in %.0fs", exc, RETRY_S)
-                await asyncio.sleep(RETRY_S)
-            except Exception:  # a background task that died would stop every schedule, silently
-                log.exception("Snapshot schedule pass failed; retrying in %.0fs", RETRY_S)
-                await asyncio.sleep(RETRY_S)
+        """Pass over the disks at every change of one (a start that stamps a new schedule) and when the next
+        is due, from watch caches: a burst of new disks costs no list each. Errors are logged and retried."""
+        claims, snapshots = self._watches()
+        try:
+            while True:
+                try:
+                    await claims.ready(self.ops._rt)
+                    await snapshots.ready(self.ops._rt)
+                    seen = claims.changes
+                    verdicts = await self.pass_over(
+                        list(claims.objects.values()), snapshots.objects, datetime.now(UTC)
+                    )
+                    wait_s = next_wake(verdicts, datetime.now(UTC), at_most_s=self.resync_s)
+                    await claims.next_change(seen, wait_s)
+                except KubernetesError as exc:
+                    log.warning("Snapshot schedule pass failed (%s); retrying in %.0fs", exc, RETRY_S)
+                    await asyncio.sleep(RETRY_S)
+                except Exception:  # a background task that died would stop every schedule, silently
+                    log.exception("Snapshot schedule pass failed; retrying in %.0fs", RETRY_S)
+                    await asyncio.sleep(RETRY_S)
+        finally:
+            await asyncio.gather(claims.stop(), snapshots.stop())
