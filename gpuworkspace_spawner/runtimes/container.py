@@ -51,6 +51,7 @@ class ContainerRuntime:
         self.ns = ctx.identity.namespace
         self.claim_name = ctx.home_claim  # may change at start: an older claim of the workspace is kept
         self._audits: list[asyncio.Future[None]] = []  # audit Events being written beside the start
+        self._written: dict[str, Any] | None = None  # the home claim this start created or adopted
 
     # --- watch caches --------------------------------------------------------------------------
 
@@ -79,6 +80,7 @@ class ContainerRuntime:
 
     async def _start(self, others: Sequence[Runtime]) -> str:
         ports, pod_name = self.ports, self.ctx.pod_name
+        self._written = None
         await ports.watch_pods()
         prepared = asyncio.get_running_loop().time()
         await self._ensure_home_disk()
@@ -118,7 +120,7 @@ class ContainerRuntime:
             self.ctx,
             self.ports,
             self.claim_name,
-            claim=self.claim(),
+            claim=self.claim() or self._written,
             last_node=self._last_node(),
             own_uids=own_uids,
         )
@@ -163,7 +165,9 @@ class ContainerRuntime:
                 )
                 raise SpawnException(verdict.reason, reason="disk", status_code=409)
             try:
-                claim = await self._write_home_disk(ws, verdict.action, verdict.reason, policy)
+                # the claim as the API answered the write: the fencing check reads it while the watch
+                # cache has not shown it yet, instead of a GET per new disk (issue 19's P4)
+                self._written = await self._write_home_disk(ws, verdict.action, verdict.reason, policy)
                 return
             except Conflict:
                 claim = await gateway.read_pvc(

@@ -176,3 +176,33 @@ def test_a_pod_is_started_when_every_container_runs(change: dict[str, Any], star
     assert containers_running(running) is started
     assert containers_running(pod("new", running=True, deleting=True)) is False
     assert containers_running(None) is False
+
+
+def test_the_fencing_check_of_a_claim_the_start_just_wrote_reads_no_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """200 first starts at once create 200 home disks; their fencing checks ran before the claim watch showed
+    the new claims and read each one with a GET (issue 19's P4). The claim as the create answered is enough:
+    a claim just created is bound nowhere."""
+    from gpuworkspace_spawner.runtimes import container, fencing
+
+    async def no_get(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a GET of the claim the start has just created")
+
+    class Attached(SimpleNamespace):
+        def attached(self, pv_name: str) -> list[Any]:
+            return []
+
+    async def watch(kind: str) -> Any:
+        return Attached(objects={})
+
+    monkeypatch.setattr(fencing.gateway, "read_pvc", no_get)
+    monkeypatch.setattr(fencing, "cluster_watch", watch)
+    ports = cast(Ports, SimpleNamespace(cached=lambda key, name: None, api=object()))
+    runtime = container.ContainerRuntime(CONTEXT, ports)
+    runtime._written = {"metadata": {"name": CONTEXT.home_claim, "namespace": NS}, "spec": {}}
+    asyncio.run(runtime.check_fencing(own_uids=frozenset()))
+
+    runtime._written = None  # a claim neither cached nor written by this start: read, as before
+    with pytest.raises(AssertionError, match="a GET of the claim"):
+        asyncio.run(runtime.check_fencing(own_uids=frozenset()))
