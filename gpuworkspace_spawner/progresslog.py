@@ -67,7 +67,8 @@ class ProgressLog:
                 return
             if sent == len(self.steps):
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(grew.wait(), tick_s)
+                    async with asyncio.timeout(tick_s):  # not wait_for: see k8s.reflectors.Changes
+                        await grew.wait()
 
     @contextlib.asynccontextmanager
     async def recording(
@@ -78,7 +79,7 @@ class ProgressLog:
         to wait on here (the claim, Events)."""
 
         async def record() -> None:
-            while True:
+            while not self.closed:  # also ends the loop should a cancellation be swallowed below it
                 await next_change(1.0)
                 self.record(sample())
 
@@ -88,10 +89,8 @@ class ProgressLog:
         try:
             yield
         finally:
-            recorder.cancel()
-            await asyncio.gather(recorder, return_exceptions=True)
-            with contextlib.suppress(
-                Exception
-            ):  # the step the start ended at (a cache read); never its error
+            with contextlib.suppress(Exception):  # the step the start ended at: a cache read, never its error
                 self.record(sample())
             self.close()
+            recorder.cancel()
+            await asyncio.gather(recorder, return_exceptions=True)

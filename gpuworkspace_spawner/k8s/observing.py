@@ -122,7 +122,8 @@ class ObjectWatch:
         if self.changes != seen:
             return True
         try:
-            await asyncio.wait_for(self._changed.wait(), max(0.0, timeout_s))
+            async with asyncio.timeout(max(0.0, timeout_s)):  # not wait_for: see k8s.reflectors.Changes
+                await self._changed.wait()
         except TimeoutError:
             return False
         return True

@@ -97,7 +97,10 @@ class Changes:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(key, set()).add(waiter)
         try:
-            await asyncio.wait_for(waiter, limit_s)
+            # not ``asyncio.wait_for``: on Python 3.11 it returns the change and swallows a cancellation
+            # that arrives in the same loop turn, so a cancelled waiter would go on waiting (a start hung)
+            async with asyncio.timeout(limit_s):
+                await waiter
             return True
         except TimeoutError:
             return False

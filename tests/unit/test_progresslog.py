@@ -91,3 +91,22 @@ def test_the_step_a_start_ends_at_is_recorded_even_without_a_change_to_wake_the_
         return [s.message for s in log.steps]
 
     assert asyncio.run(scenario()) == [DISK.message, READY.message]
+
+
+def test_the_recorder_ends_with_the_start_even_when_the_pod_changes_as_it_ends() -> None:
+    """A pod change and the start's end in the same loop turn: Python 3.11's ``asyncio.wait_for`` returned
+    the change and swallowed the recorder's cancellation, so the start never returned (a P4 burst: 1 of 200
+    servers "failed to start in 120 seconds" after its workspace-started record)."""
+    from gpuworkspace_spawner.k8s.reflectors import Changes  # noqa: PLC0415
+
+    async def scenario() -> None:
+        changes, log = Changes(), ProgressLog()
+
+        async def next_change(limit_s: float) -> bool:
+            return await changes.next_change("ns/pod", limit_s)
+
+        async with log.recording(lambda: DISK, next_change):
+            await asyncio.sleep(0.01)  # the recorder waits for the pod's next change
+            changes.notify("ns/pod")  # ... which comes as the start returns, with no await in between
+
+    asyncio.run(asyncio.wait_for(scenario(), 5))
