@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gpuworkspace_spawner.k8s.reflectors import Changes
 from gpuworkspace_spawner.lifecycle.spawning import ProgressStep
 from gpuworkspace_spawner.progresslog import ProgressLog
 
@@ -97,7 +98,6 @@ def test_the_recorder_ends_with_the_start_even_when_the_pod_changes_as_it_ends()
     """A pod change and the start's end in the same loop turn: Python 3.11's ``asyncio.wait_for`` returned
     the change and swallowed the recorder's cancellation, so the start never returned (a P4 burst: 1 of 200
     servers "failed to start in 120 seconds" after its workspace-started record)."""
-    from gpuworkspace_spawner.k8s.reflectors import Changes  # noqa: PLC0415
 
     async def scenario() -> None:
         changes, log = Changes(), ProgressLog()
