@@ -32,8 +32,8 @@ from typing import Any
 
 from .compat import SpawnException
 from .k8s import custom, gateway
-from .k8s.custom import DATA_VOLUMES
 from .k8s.errors import is_unavailable
+from .k8s.kinds import DATA_VOLUMES
 from .lifecycle.limits import DiskLimits, decide_new_disk, pending_disk, start_refusals, with_pending_disks
 from .manifests.names import DISK_HOME, DISK_ROOT, LABEL_DISK, LABEL_USER
 from .manifests.vm import vm_names

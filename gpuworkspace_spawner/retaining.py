@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from .k8s import NotFound, custom, gateway
-from .k8s.custom import DATA_VOLUMES, VIRTUAL_MACHINES
+from .k8s.kinds import DATA_VOLUMES, VIRTUAL_MACHINES
 from .lifecycle.diskpolicy import retention_of_disk
 from .lifecycle.retention import retain_until
 from .lifecycle.serverdisks import ServerDisk, decide_server_disks, disks_to_retain, owns_a_vm_disk

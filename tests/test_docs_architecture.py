@@ -107,7 +107,7 @@ def test_the_page_names_every_import_contract() -> None:
         pytest.param("See `runtimes/batch.py`.\n", "line 1: runtimes/batch.py", id="backticked-module"),
         pytest.param("Intro.\n\nThe `services/kit/` folder.\n", "line 3: services/kit/", id="folder"),
         pytest.param("All of `services/*/kit.py`.\n", "line 1: services/*/kit.py", id="glob-without-match"),
-        pytest.param("\n```text\n k8s/  gateway.py  kinds.py\n```\n", "line 3: kinds.py", id="diagram"),
+        pytest.param("\n```text\n k8s/  gateway.py  watches.py\n```\n", "line 3: watches.py", id="diagram"),
     ],
 )
 def test_a_path_not_in_the_tree_is_reported_with_its_line(page: str, problem: str) -> None:

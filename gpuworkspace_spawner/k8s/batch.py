@@ -10,11 +10,11 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from .custom import custom_api
 from .errors import NotFound, api_errors, error_for_status, retry_unavailable
 from .gateway import MERGE_PATCH, Api, Obj, _json
-from .storage import SNAPSHOTS, custom_api
+from .kinds import VOLUME_SNAPSHOTS, WORKLOADS
 
-WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job
 
 
@@ -65,7 +65,7 @@ async def delete_job(api: Api, namespace: str, name: str, *, uid: str, request_t
 @retry_unavailable
 async def list_workloads(api: Api, namespace: str, *, request_timeout: float) -> list[Obj]:
     """Kueue's Workloads in ``namespace``; empty where Kueue is not installed (404)."""
-    group, version, plural = WORKLOADS
+    group, version, plural = WORKLOADS.group, WORKLOADS.version, WORKLOADS.plural
     try:
         listed = await _json(
             custom_api(api).list_namespaced_custom_object(
@@ -79,7 +79,7 @@ async def list_workloads(api: Api, namespace: str, *, request_timeout: float) ->
 
 @retry_unavailable
 async def patch_snapshot(api: Api, namespace: str, name: str, patch: Obj, *, request_timeout: float) -> Obj:
-    group, version, plural = SNAPSHOTS
+    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
     return await _json(
         custom_api(api).patch_namespaced_custom_object(
             group,

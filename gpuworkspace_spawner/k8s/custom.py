@@ -7,7 +7,6 @@ that binds group/version/plural, so they share its resume, re-list and failure h
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client, watch
@@ -17,28 +16,16 @@ from traitlets import Unicode, default
 
 from .errors import Conflict, NotFound, api_errors, retry_unavailable
 from .gateway import MERGE_PATCH, Api, Obj, _json
+from .kinds import Kind
 from .observing import ObjectWatch
-
-
-@dataclass(frozen=True)
-class Kind:
-    group: str
-    version: str
-    plural: str
-
-
-VIRTUAL_MACHINES = Kind("kubevirt.io", "v1", "virtualmachines")
-VM_INSTANCES = Kind("kubevirt.io", "v1", "virtualmachineinstances")
-DATA_VOLUMES = Kind("cdi.kubevirt.io", "v1beta1", "datavolumes")
-NETWORK_FENCES = Kind("csiaddons.openshift.io", "v1alpha1", "networkfences")
-
 
 CustomObjectsApi = client.CustomObjectsApi
 
 
-def custom_api() -> Any:
-    """KubeSpawner's shared CustomObjectsApi (same configuration and connection pool as its CoreV1Api)."""
-    return shared_client("CustomObjectsApi")
+def custom_api(api: Api | None = None) -> Any:
+    """The one way to a CustomObjectsApi: on ``api``'s ApiClient (configuration, connection pool), or, in
+    the hub, KubeSpawner's shared one (same configuration and pool as its CoreV1Api)."""
+    return shared_client("CustomObjectsApi") if api is None else client.CustomObjectsApi(api.api_client)
 
 
 @retry_unavailable

@@ -15,18 +15,13 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 
 from . import custom
+from .custom import custom_api
 from .errors import KubernetesError, NotFound, api_errors, retry_unavailable
 from .gateway import Api, Obj, _json
+from .kinds import VM_INSTANCES, VOLUME_SNAPSHOTS, Kind
 
-SNAPSHOTS = ("snapshot.storage.k8s.io", "v1", "volumesnapshots")
-VMIS = ("kubevirt.io", "v1", "virtualmachineinstances")
 _GONE = 410  # the watch's resourceVersion is too old: read and watch again
 Predicate = Callable[[Obj | None], bool]  # None: the object does not exist (any more)
-
-
-def custom_api(api: Api) -> Any:
-    """A CustomObjectsApi on the same ApiClient (configuration, connection pool) as ``api``."""
-    return client.CustomObjectsApi(api.api_client)
 
 
 def storage_api(api: Api) -> Any:
@@ -36,7 +31,7 @@ def storage_api(api: Api) -> Any:
 # ------------------------------------------------------------------------------ VolumeSnapshots
 # Not repeated after a 5xx: a first try that landed would then read as "already exists".
 async def create_snapshot(api: Api, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
-    group, version, plural = SNAPSHOTS
+    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
     return await _json(
         custom_api(api).create_namespaced_custom_object(
             group, version, namespace, plural, body, _preload_content=False, _request_timeout=request_timeout
@@ -46,7 +41,7 @@ async def create_snapshot(api: Api, namespace: str, body: Obj, *, request_timeou
 
 @retry_unavailable
 async def read_snapshot(api: Api, namespace: str, name: str, *, request_timeout: float) -> Obj:
-    group, version, plural = SNAPSHOTS
+    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
     return await _json(
         custom_api(api).get_namespaced_custom_object(
             group, version, namespace, plural, name, _preload_content=False, _request_timeout=request_timeout
@@ -56,7 +51,7 @@ async def read_snapshot(api: Api, namespace: str, name: str, *, request_timeout:
 
 @retry_unavailable
 async def list_snapshots(api: Api, namespace: str, label_selector: str, *, request_timeout: float) -> Obj:
-    group, version, plural = SNAPSHOTS
+    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
     return await _json(
         custom_api(api).list_namespaced_custom_object(
             group,
@@ -72,7 +67,7 @@ async def list_snapshots(api: Api, namespace: str, label_selector: str, *, reque
 
 async def delete_snapshot(api: Api, namespace: str, name: str, *, uid: str, request_timeout: float) -> Obj:
     """Delete exactly the snapshot that was decided on (uid precondition): a new one of the same name stays."""
-    group, version, plural = SNAPSHOTS
+    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
     return await _json(
         custom_api(api).delete_namespaced_custom_object(
             group,
@@ -91,17 +86,13 @@ async def delete_snapshot(api: Api, namespace: str, name: str, *, uid: str, requ
 @retry_unavailable
 async def list_vmis(api: Api, namespace: str, *, request_timeout: float) -> list[Obj]:
     """KubeVirt VMIs in ``namespace``; an empty list where KubeVirt is not installed (404)."""
-    return await list_custom(api, namespace, VMIS, request_timeout=request_timeout)
+    return await list_custom(api, namespace, VM_INSTANCES, request_timeout=request_timeout)
 
 
 @retry_unavailable
-async def list_custom(
-    api: Api, namespace: str, kind: tuple[str, str, str], *, request_timeout: float
-) -> list[Obj]:
-    """Custom objects (``(group, version, plural)``) in ``namespace``; empty where the kind is not served."""
-    return await custom.list_namespaced(
-        custom_api(api), custom.Kind(*kind), namespace, request_timeout=request_timeout
-    )
+async def list_custom(api: Api, namespace: str, kind: Kind, *, request_timeout: float) -> list[Obj]:
+    """``kind``'s objects in ``namespace``; empty where the kind is not served."""
+    return await custom.list_namespaced(custom_api(api), kind, namespace, request_timeout=request_timeout)
 
 
 @retry_unavailable
@@ -198,7 +189,7 @@ async def wait_for_snapshot(
 ) -> Obj | None:
     """The VolumeSnapshot once ``done(snapshot)`` holds; TimeoutError after ``timeout_s``."""
     custom = custom_api(api)
-    group, version, plural = SNAPSHOTS
+    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
 
     async def read() -> Obj:
         return await read_snapshot(api, namespace, name, request_timeout=request_timeout)

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..compat import SpawnException
 from ..k8s import NotFound, Unavailable, custom, gateway
-from ..k8s.custom import NETWORK_FENCES, VM_INSTANCES, ClusterWatch
+from ..k8s.custom import ClusterWatch
+from ..k8s.kinds import NETWORK_FENCES, VM_INSTANCES
 from ..lifecycle.fencing import decide_fencing, evidence_needed, refuse_shared_disk
 from .context import Ports, RuntimeContext
 

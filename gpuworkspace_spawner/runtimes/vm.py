@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..compat import SpawnException
 from ..k8s import Conflict, NotFound, custom, gateway
-from ..k8s.custom import DATA_VOLUMES, VIRTUAL_MACHINES, VM_INSTANCES, CustomReflector
+from ..k8s.custom import CustomReflector
+from ..k8s.kinds import DATA_VOLUMES, VIRTUAL_MACHINES, VM_INSTANCES, Kind
 from ..lifecycle.retention import decide_home_disk
 from ..lifecycle.spawning import ProgressStep, is_ready
 from ..lifecycle.state import WorkspaceState, derive_state
@@ -58,7 +59,7 @@ _WATCHED = (
 )
 
 
-async def start_custom_watch(watch: Any, key: str, kind: custom.Kind, labels: dict[str, str]) -> None:
+async def start_custom_watch(watch: Any, key: str, kind: Kind, labels: dict[str, str]) -> None:
     """Start (once per hub: KubeSpawner keeps reflectors by ``key``) the watch cache ``key`` of ``kind``'s
     objects with ``labels`` in the hub's namespace; ``watch`` is ``Ports.watch``'s signature."""
     await watch(

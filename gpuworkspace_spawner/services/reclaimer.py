@@ -20,7 +20,7 @@ from typing import Any
 
 from ..audit import AuditRecord, write_audit
 from ..k8s import Conflict, KubernetesError, NotFound, custom, gateway
-from ..k8s.custom import DATA_VOLUMES
+from ..k8s.kinds import DATA_VOLUMES
 from ..lifecycle.retention import decide_reclaim, pods_using_claim
 from ..manifests.names import (
     ANN_SERVERNAME,
@@ -60,7 +60,7 @@ async def reclaim_once(
     custom_api: Any = None,
 ) -> tuple[list[Outcome], str]:
     """One pass over retained home claims and VM root disks; the outcomes and the claims' resourceVersion."""
-    custom_api = custom_api or custom.CustomObjectsApi(api.api_client)
+    custom_api = custom_api or custom.custom_api(api)
     listed = await gateway.list_pvcs(api, namespace, RETAINED_SELECTOR, request_timeout=request_timeout)
     pods = await gateway.list_pods(api, namespace, "", request_timeout=request_timeout)
     pod_items = pods["items"]
@@ -190,7 +190,7 @@ async def run(namespace: str, *, once: bool, dry_run: bool, metrics_listen: str 
 
 async def _wait_for_a_change(api: Any, namespace: str, version: str, timeout_s: int) -> None:
     """Sleep until a retained home claim or root disk changes, or until the next disk is due."""
-    custom_api = custom.CustomObjectsApi(api.api_client)
+    custom_api = custom.custom_api(api)
     watches = [
         asyncio.ensure_future(
             gateway.wait_for_claim_change(api, namespace, RETAINED_SELECTOR, version, timeout_s)

@@ -17,7 +17,7 @@ import pytest
 from kubespawner import KubeSpawner
 
 from gpuworkspace_spawner.k8s import custom, gateway
-from gpuworkspace_spawner.k8s.custom import VIRTUAL_MACHINES
+from gpuworkspace_spawner.k8s.kinds import VIRTUAL_MACHINES
 from gpuworkspace_spawner.manifests.vm import build_stop_patch
 from gpuworkspace_spawner.probecredentials import STATE_KEY
 from gpuworkspace_spawner.spawner import GPUWorkspaceSpawner

@@ -17,6 +17,7 @@ from typing import Any
 from ...audit import Action, AuditRecord, write_audit
 from ...catalog import CatalogSource
 from ...k8s import Conflict, KubernetesError, NotFound, gateway, storage
+from ...k8s.kinds import DATA_VOLUMES, VIRTUAL_MACHINES, Kind
 from ...lifecycle.diskops import (
     DISK_KINDS,
     DISK_ROOT,
@@ -58,8 +59,6 @@ log = logging.getLogger("gpuworkspace.disks")
 Obj = dict[str, Any]
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _STATUS = {"invalid": 400, "conflict": 409}
-DV = ("cdi.kubevirt.io", "v1beta1", "datavolumes")
-VMS = ("kubevirt.io", "v1", "virtualmachines")
 DISK_SELECTOR = f"{LABEL_DISK} in ({','.join(DISK_KINDS)})"  # every workspace disk
 
 
@@ -95,7 +94,7 @@ class DiskOperations:
         )
         return sorted(listed["items"], key=lambda c: c["metadata"]["name"])
 
-    async def _custom_list(self, kind: tuple[str, str, str]) -> list[Obj]:
+    async def _custom_list(self, kind: Kind) -> list[Obj]:
         return await storage.list_custom(self.api, self.settings.namespace, kind, request_timeout=self._rt)
 
     async def _related(self, claims: list[Obj]) -> Related:
@@ -103,7 +102,7 @@ class DiskOperations:
         vmis = await storage.list_vmis(self.api, self.settings.namespace, request_timeout=self._rt)
         vms, dvs = [], []
         if any(disk_kind(c) == DISK_ROOT for c in claims):
-            vms, dvs = await self._custom_list(VMS), await self._custom_list(DV)
+            vms, dvs = await self._custom_list(VIRTUAL_MACHINES), await self._custom_list(DATA_VOLUMES)
         return Related(pods=pods["items"], vms=vms, vmis=vmis, data_volumes=dvs)
 
     async def _users(self, claim: str) -> list[str]:

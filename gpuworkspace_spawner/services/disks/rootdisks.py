@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...k8s import Conflict, NotFound, custom, storage
-from ...k8s.custom import DATA_VOLUMES
+from ...k8s import Conflict, NotFound, custom
+from ...k8s.kinds import DATA_VOLUMES
 from ...lifecycle.diskops import DISK_ROOT, decide_reclaim_now
 from ...lifecycle.rootdisks import with_lifecycle_of
 from ...manifests.names import LABEL_DISK
@@ -21,7 +21,7 @@ Obj = dict[str, Any]
 
 async def read_data_volume(ops: Any, name: str) -> Obj | None:
     dvs = await custom.list_namespaced(
-        storage.custom_api(ops.api),
+        custom.custom_api(ops.api),
         DATA_VOLUMES,
         ops.settings.namespace,
         label_selector=f"{LABEL_DISK}={DISK_ROOT}",
@@ -43,7 +43,7 @@ async def reclaim(ops: Any, caller: Obj, claim: Obj) -> Obj:
     meta = dv["metadata"]
     try:
         await custom.delete(
-            storage.custom_api(ops.api),
+            custom.custom_api(ops.api),
             DATA_VOLUMES,
             ops.settings.namespace,
             name,

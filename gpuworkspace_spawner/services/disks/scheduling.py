@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...k8s import Conflict, KubernetesError, NotFound, storage
+from ...k8s.kinds import VOLUME_SNAPSHOTS
 from ...k8s.observing import ObjectWatch
 from ...lifecycle.diskops import LABEL_SNAPSHOT_KIND, SNAPSHOT_SCHEDULED, snapshot_name, snapshot_progress
 from ...lifecycle.diskpolicy import snapshot_schedule_of_disk
@@ -48,7 +49,7 @@ class SnapshotWorker:
 
     def _watches(self) -> tuple[ObjectWatch, ObjectWatch]:
         """The disks and the scheduled snapshots, each listed once and then watched."""
-        group, version, plural = storage.SNAPSHOTS
+        group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
         claims = ObjectWatch(
             "list_namespaced_persistent_volume_claim", log, args=(self._ns,), label_selector=DISK_SELECTOR
         )
