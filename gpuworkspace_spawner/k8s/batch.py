@@ -10,9 +10,10 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from . import custom
 from .custom import custom_api
-from .errors import NotFound, api_errors, error_for_status, retry_unavailable
-from .gateway import MERGE_PATCH, Api, Obj, _json
+from .errors import api_errors, error_for_status, retry_unavailable
+from .gateway import Api, Obj, _json
 from .kinds import VOLUME_SNAPSHOTS, WORKLOADS
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job
@@ -62,36 +63,17 @@ async def delete_job(api: Api, namespace: str, name: str, *, uid: str, request_t
     )
 
 
-@retry_unavailable
 async def list_workloads(api: Api, namespace: str, *, request_timeout: float) -> list[Obj]:
     """Kueue's Workloads in ``namespace``; empty where Kueue is not installed (404)."""
-    group, version, plural = WORKLOADS.group, WORKLOADS.version, WORKLOADS.plural
-    try:
-        listed = await _json(
-            custom_api(api).list_namespaced_custom_object(
-                group, version, namespace, plural, _preload_content=False, _request_timeout=request_timeout
-            )
-        )
-    except NotFound:
-        return []
-    return list(listed.get("items") or [])
+    return await custom.list_namespaced(
+        custom_api(api), WORKLOADS, namespace, request_timeout=request_timeout
+    )
 
 
-@retry_unavailable
 async def patch_snapshot(api: Api, namespace: str, name: str, patch: Obj, *, request_timeout: float) -> Obj:
-    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
-    return await _json(
-        custom_api(api).patch_namespaced_custom_object(
-            group,
-            version,
-            namespace,
-            plural,
-            name,
-            patch,
-            _content_type=MERGE_PATCH,
-            _preload_content=False,
-            _request_timeout=request_timeout,
-        )
+    """A JSON merge patch of a VolumeSnapshot."""
+    return await custom.patch(
+        custom_api(api), VOLUME_SNAPSHOTS, namespace, name, patch, request_timeout=request_timeout
     )
 
 

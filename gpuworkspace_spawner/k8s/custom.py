@@ -28,8 +28,9 @@ def custom_api(api: Api | None = None) -> Any:
     return shared_client("CustomObjectsApi") if api is None else client.CustomObjectsApi(api.api_client)
 
 
-@retry_unavailable
-async def create(api: Api, kind: Kind, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
+async def create_once(api: Api, kind: Kind, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
+    """Create, not repeated after a 5xx: for a caller to whom a first try that landed would then read as
+    "already exists" (a snapshot the user asked for)."""
     return await _json(
         api.create_namespaced_custom_object(
             kind.group,
@@ -37,6 +38,24 @@ async def create(api: Api, kind: Kind, namespace: str, body: Obj, *, request_tim
             namespace,
             kind.plural,
             body,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
+
+
+create = retry_unavailable(create_once)  # for callers that take Conflict as "it exists"
+
+
+@retry_unavailable
+async def read(api: Api, kind: Kind, namespace: str, name: str, *, request_timeout: float) -> Obj:
+    return await _json(
+        api.get_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
             _preload_content=False,
             _request_timeout=request_timeout,
         )
@@ -79,18 +98,21 @@ async def patch(api: Api, kind: Kind, namespace: str, name: str, body: Obj, *, r
     )
 
 
-@retry_unavailable
-async def delete(
+async def delete_once(
     api: Api,
     kind: Kind,
     namespace: str,
     name: str,
     *,
     uid: str,
-    resource_version: str,
+    resource_version: str | None = None,
     request_timeout: float,
 ) -> Obj:
-    body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
+    """Delete exactly the object that was decided on (uid, and resourceVersion when given, as
+    preconditions: a new one of the same name stays); not repeated after a 5xx."""
+    preconditions = (
+        {"uid": uid} if resource_version is None else {"uid": uid, "resourceVersion": resource_version}
+    )
     return await _json(
         api.delete_namespaced_custom_object(
             kind.group,
@@ -98,11 +120,14 @@ async def delete(
             namespace,
             kind.plural,
             name,
-            body=body,
+            body={"preconditions": preconditions},
             _preload_content=False,
             _request_timeout=request_timeout,
         )
     )
+
+
+delete = retry_unavailable(delete_once)
 
 
 @retry_unavailable
@@ -150,20 +175,32 @@ async def list_if_served(
     """The namespace's objects of ``kind``, or None when the cluster does not serve it (404: its CRD is
     not installed), which a caller may tell from an empty list."""
     try:
-        listed = await _json(
-            api.list_namespaced_custom_object(
-                kind.group,
-                kind.version,
-                namespace,
-                kind.plural,
-                label_selector=label_selector,
-                _preload_content=False,
-                _request_timeout=request_timeout,
-            )
-        )
+        listed = await _list(api, kind, namespace, label_selector, request_timeout)
     except NotFound:
         return None
     return list(listed.get("items") or [])
+
+
+@retry_unavailable
+async def list_objects(
+    api: Api, kind: Kind, namespace: str, *, label_selector: str = "", request_timeout: float
+) -> Obj:
+    """The list as the API answers it (``items``, ``metadata.resourceVersion``); 404 raises NotFound."""
+    return await _list(api, kind, namespace, label_selector, request_timeout)
+
+
+async def _list(api: Api, kind: Kind, namespace: str, label_selector: str, request_timeout: float) -> Obj:
+    return await _json(
+        api.list_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            label_selector=label_selector,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    )
 
 
 @retry_unavailable

@@ -29,56 +29,33 @@ def storage_api(api: Api) -> Any:
 
 
 # ------------------------------------------------------------------------------ VolumeSnapshots
-# Not repeated after a 5xx: a first try that landed would then read as "already exists".
 async def create_snapshot(api: Api, namespace: str, body: Obj, *, request_timeout: float) -> Obj:
-    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
-    return await _json(
-        custom_api(api).create_namespaced_custom_object(
-            group, version, namespace, plural, body, _preload_content=False, _request_timeout=request_timeout
-        )
+    """Not repeated after a 5xx: a first try that landed would then read as "already exists"."""
+    return await custom.create_once(
+        custom_api(api), VOLUME_SNAPSHOTS, namespace, body, request_timeout=request_timeout
     )
 
 
-@retry_unavailable
 async def read_snapshot(api: Api, namespace: str, name: str, *, request_timeout: float) -> Obj:
-    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
-    return await _json(
-        custom_api(api).get_namespaced_custom_object(
-            group, version, namespace, plural, name, _preload_content=False, _request_timeout=request_timeout
-        )
+    return await custom.read(
+        custom_api(api), VOLUME_SNAPSHOTS, namespace, name, request_timeout=request_timeout
     )
 
 
-@retry_unavailable
 async def list_snapshots(api: Api, namespace: str, label_selector: str, *, request_timeout: float) -> Obj:
-    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
-    return await _json(
-        custom_api(api).list_namespaced_custom_object(
-            group,
-            version,
-            namespace,
-            plural,
-            label_selector=label_selector,
-            _preload_content=False,
-            _request_timeout=request_timeout,
-        )
+    return await custom.list_objects(
+        custom_api(api),
+        VOLUME_SNAPSHOTS,
+        namespace,
+        label_selector=label_selector,
+        request_timeout=request_timeout,
     )
 
 
 async def delete_snapshot(api: Api, namespace: str, name: str, *, uid: str, request_timeout: float) -> Obj:
     """Delete exactly the snapshot that was decided on (uid precondition): a new one of the same name stays."""
-    group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
-    return await _json(
-        custom_api(api).delete_namespaced_custom_object(
-            group,
-            version,
-            namespace,
-            plural,
-            name,
-            body={"preconditions": {"uid": uid}},
-            _preload_content=False,
-            _request_timeout=request_timeout,
-        )
+    return await custom.delete_once(
+        custom_api(api), VOLUME_SNAPSHOTS, namespace, name, uid=uid, request_timeout=request_timeout
     )
 
 
