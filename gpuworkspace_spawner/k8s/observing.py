@@ -20,6 +20,7 @@ from kubespawner.clients import shared_client
 
 from .errors import Unavailable
 from .gateway import Obj, _json
+from .kinds import Kind
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
@@ -153,6 +154,17 @@ def pod_watches(
         ObjectWatch("list_namespaced_pod", log, args=(ns,), label_selector=label_selector, keep=keep)
         for ns in namespaces
     ]
+
+
+def custom_watch(log: logging.Logger, kind: Kind, namespace: str, label_selector: str = "") -> ObjectWatch:
+    """The objects of custom resource ``kind`` in ``namespace`` matching ``label_selector``."""
+    return ObjectWatch(
+        "list_namespaced_custom_object",
+        log,
+        args=(kind.group, kind.version, namespace, kind.plural),
+        label_selector=label_selector,
+        api_name="CustomObjectsApi",
+    )
 
 
 def node_watch(log: logging.Logger) -> ObjectWatch:

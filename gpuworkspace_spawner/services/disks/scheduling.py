@@ -23,7 +23,7 @@ from typing import Any
 
 from ...k8s import Conflict, KubernetesError, NotFound, storage
 from ...k8s.kinds import VOLUME_SNAPSHOTS
-from ...k8s.observing import ObjectWatch
+from ...k8s.observing import ObjectWatch, custom_watch
 from ...lifecycle.diskops import LABEL_SNAPSHOT_KIND, SNAPSHOT_SCHEDULED, snapshot_name, snapshot_progress
 from ...lifecycle.diskpolicy import snapshot_schedule_of_disk
 from ...lifecycle.snapshotschedule import DueVerdict, decide_prune, decide_snapshot_due, next_wake
@@ -49,18 +49,10 @@ class SnapshotWorker:
 
     def _watches(self) -> tuple[ObjectWatch, ObjectWatch]:
         """The disks and the scheduled snapshots, each listed once and then watched."""
-        group, version, plural = VOLUME_SNAPSHOTS.group, VOLUME_SNAPSHOTS.version, VOLUME_SNAPSHOTS.plural
         claims = ObjectWatch(
             "list_namespaced_persistent_volume_claim", log, args=(self._ns,), label_selector=DISK_SELECTOR
         )
-        snapshots = ObjectWatch(
-            "list_namespaced_custom_object",
-            log,
-            args=(group, version, self._ns, plural),
-            label_selector=SCHEDULED_SELECTOR,
-            api_name="CustomObjectsApi",
-        )
-        return claims, snapshots
+        return claims, custom_watch(log, VOLUME_SNAPSHOTS, self._ns, SCHEDULED_SELECTOR)
 
     async def pass_over(
         self, claims: list[Obj], snapshots: dict[str, Obj], now: datetime

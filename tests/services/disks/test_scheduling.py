@@ -139,6 +139,9 @@ def test_the_worker_passes_from_watch_caches_and_takes_a_due_snapshot_once(
     """A burst of disk changes (200 starts at once) is a pass each over the caches, never a list each; a
     snapshot the worker took counts before its watch shows it, so the next pass does not take it again."""
     monkeypatch.setattr(scheduling, "ObjectWatch", FakeWatch)
+    monkeypatch.setattr(
+        scheduling, "custom_watch", lambda log, kind, ns, selector: FakeWatch(f"list {kind.plural}")
+    )
     FakeWatch.made = []
     ops = FakeOps(True)
     taken: list[str] = []
@@ -159,7 +162,7 @@ def test_the_worker_passes_from_watch_caches_and_takes_a_due_snapshot_once(
         await asyncio.sleep(0.01)
         claims, snapshots = FakeWatch.made
         assert claims.list_method == "list_namespaced_persistent_volume_claim"
-        assert snapshots.list_method == "list_namespaced_custom_object"
+        assert snapshots.list_method == "list volumesnapshots"
         claims.change(disk())  # alice's disk, due (no snapshot yet)
         await asyncio.sleep(0.01)
         for i in range(5):  # other disks arrive; the snapshot watch has not shown alice's snapshot yet
