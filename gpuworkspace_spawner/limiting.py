@@ -93,15 +93,8 @@ async def current_disks(spawner: Any) -> list[dict[str, Any]]:
         served = await list_root_disks_if_served(ns, request_timeout=timeout)
         roots = served or []
         if served is not None:  # CDI is installed: from now on the limits read a watch cache, as VMs do
-            await start_custom_watch(_spawner_watch(spawner), key, kind, labels)
+            await start_custom_watch(spawner._ports.watch, key, kind, labels)
     return [*claims, *roots]
-
-
-def _spawner_watch(spawner: Any) -> Any:
-    async def watch(key: str, reflector_class: Any, **kwargs: Any) -> Any:
-        return await spawner._start_reflector(kind=key, reflector_class=reflector_class, **kwargs)
-
-    return watch
 
 
 @contextlib.asynccontextmanager

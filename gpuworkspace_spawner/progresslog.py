@@ -65,10 +65,9 @@ class ProgressLog:
                 sent += 1
             if self.closed:
                 return
-            if sent == len(self.steps):
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(tick_s):  # not wait_for: see k8s.reflectors.Changes
-                        await grew.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(tick_s):  # not wait_for: see k8s.reflectors.Changes
+                    await grew.wait()
 
     @contextlib.asynccontextmanager
     async def recording(

@@ -190,6 +190,7 @@ class FakeSpawner:
         self.max_disks_per_user, self.max_disks_total = per_user, total
         self._rejected = False
         self.records: list[tuple[str, ...]] = []
+        self._ports = SimpleNamespace(watch=self._watch)  # SpawnerPorts.watch: KubeSpawner's _start_reflector
 
     def _identity(self) -> WorkspaceIdentity:
         return WorkspaceIdentity(user="alice", server="c", namespace=NS)
@@ -197,8 +198,8 @@ class FakeSpawner:
     def _log_record(self, *args: str) -> None:
         self.records.append(args)
 
-    async def _start_reflector(self, kind: str, reflector_class: Any, **kwargs: Any) -> Any:
-        """KubeSpawner's: a watch cache shared by every server of the hub, kept by ``kind``."""
+    async def _watch(self, kind: str, reflector_class: Any, **kwargs: Any) -> Any:
+        """KubeSpawner's reflectors: a watch cache shared by every server of the hub, kept by ``kind``."""
         self.reflectors = {**self.reflectors, kind: SimpleNamespace(resources={}, kwargs=kwargs)}
         return self.reflectors[kind]
 
