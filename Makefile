@@ -16,11 +16,14 @@ TEST_SOAK_OPS ?= 200
 SOAK_OPS ?= 1000
 SOAK_SEED ?= 1
 PYTEST_ARGS ?=
+# `make test` runs the suite in this many processes (pytest-xdist), each with devclusters of its own
+# instance (tests/conftest.py: its own loopback ranges); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 
 # Type-checked with --strict (setup.cfg [mypy]): the whole package, and the devcluster's pure modules
 # (STRICT_DEVCLUSTER; its own distribution under devcluster/). Only those that exist are passed.
 STRICT_PACKAGES := gpuworkspace_spawner
-STRICT_DEVCLUSTER := $(wildcard $(foreach m,selectors patching tables jsonpath rbac faults resources errors podsecurity protobody satokens saadmission,devcluster/gpuworkspace_devcluster/$(m).py))
+STRICT_DEVCLUSTER := $(wildcard $(foreach m,addresses selectors patching tables jsonpath rbac faults resources errors podsecurity protobody satokens saadmission,devcluster/gpuworkspace_devcluster/$(m).py))
 MYPY_TARGETS := $(wildcard $(STRICT_PACKAGES)) $(STRICT_DEVCLUSTER)
 
 BENCHMARKS := $(sort $(wildcard tests/benchmarks/bench_*.py))
@@ -51,7 +54,8 @@ test: lint
 	cd jupyterlab-extension && node_modules/.bin/jest --ci
 	timeout --signal=INT --kill-after=60 $(TEST_BUDGET_S) \
 		env GPUWS_SOAK_OPS=$(TEST_SOAK_OPS) GPUWS_SOAK_SEED=$(SOAK_SEED) \
-		$(BIN)/pytest -p no:cacheprovider -q -m "not bench" --durations=10 $(PYTEST_ARGS) tests/
+		$(BIN)/pytest -p no:cacheprovider -q -m "not bench" --durations=10 \
+		-n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS) tests/
 
 # Prints the counts (operations, faults, failed spawns and their reasons, disks, attachments, orphans).
 soak: venv

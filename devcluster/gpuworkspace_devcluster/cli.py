@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .addresses import INSTANCE_ENV, MAX_INSTANCES, check_instance, instance_from_env
 from .cluster import DevCluster
 
 log = logging.getLogger("gpuworkspace_devcluster")
@@ -34,6 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--topology", default=None, help="topology YAML (default: the built-in GPU cluster)")
     up.add_argument("--rbac", action="store_true", help="authorize requests with the stored RBAC objects")
+    up.add_argument(
+        "--instance",
+        type=int,
+        default=None,
+        help=f"which loopback ranges pods, nodes and ClusterIPs use, 0 to {MAX_INSTANCES - 1}: devclusters "
+        f"with different instances run side by side (default: ${INSTANCE_ENV}, else 0)",
+    )
     up.add_argument("--seed", type=int, default=0, help="seed for fault injection (default: %(default)s)")
     up.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
     return parser
@@ -54,6 +62,7 @@ async def _serve(args: argparse.Namespace) -> None:
         tls=not args.no_tls,
         simulate=not args.no_sim,
         topology=args.topology,
+        instance=args.instance,
     ) as cluster:
         print(f"devcluster: API at {cluster.url}; KUBECONFIG={cluster.kubeconfig}", flush=True)
         await stop.wait()
@@ -61,7 +70,14 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        args.instance = (
+            instance_from_env() if args.instance is None else check_instance(args.instance, "--instance")
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

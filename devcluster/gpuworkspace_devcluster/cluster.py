@@ -8,7 +8,7 @@ import logging
 import secrets
 import ssl
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,6 +19,7 @@ import yaml
 from aiohttp import web
 
 from . import crds, rbac
+from .addresses import check_instance, instance_from_env, service_cidr
 from .apiserver import ApiServer, ApiServerConfig
 from .controllers import Controllers
 from .errors import ApiError
@@ -50,6 +51,8 @@ class ClusterOptions:
     tls: bool = False  # serve HTTPS with a CA kept in the state dir (kubectl sends tokens only over TLS)
     simulate: bool = False  # run the simulated cluster (nodes, scheduler, kubelets, CSI, CDI, KubeVirt, DCGM)
     topology: str | None = None  # topology YAML for the simulation (default: sim/topology.yaml)
+    # which loopback ranges pods, nodes and ClusterIPs use (addresses.py): several devclusters, each its own
+    instance: int = field(default_factory=instance_from_env)
 
 
 class DevCluster:
@@ -74,7 +77,7 @@ class DevCluster:
         self._ca: trustme.CA | None = None
         self._ca_pem = b""
         self.store = Store(self.state_dir if persist else None)
-        self.verbs = Verbs(self.store)
+        self.verbs = Verbs(self.store, service_cidr=service_cidr(check_instance(opts.instance)))
         self.faults = FaultInjector(seed)
         self.tokens: dict[str, dict[str, Any]] = {}
         self.admin_token = self._load_or_make_admin_token()
@@ -130,7 +133,7 @@ class DevCluster:
         assert server is not None and server.sockets
         self.port = server.sockets[0].getsockname()[1]
         if self.options.simulate:
-            self.simulation = Simulation(self, self.options.topology)
+            self.simulation = Simulation(self, self.options.topology, instance=self.options.instance)
             await self.simulation.start()
         # Written last: a kubeconfig on disk means the cluster is ready to use.
         if self.state_dir is not None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .addresses import service_cidr
 from .resources import ResourceType
 
 Obj = dict[str, Any]
@@ -214,10 +215,11 @@ def apply_update_defaults(rt: ResourceType, obj: Obj) -> None:
         _SIMPLE[rt.key](obj)  # decoding defaults every write, updates too
 
 
-# The devcluster's --service-cluster-ip-range. Loopback, so that the host can reach ClusterIPs (the
-# simulation's kube-proxy listens on them, sim/serviceproxy.py); clients treat the IP as opaque, as they
-# must on any cluster (each picks its own range; kubeadm's default is 10.96.0.0/12).
-SERVICE_CIDR = "127.96.0.0/16"
+# The --service-cluster-ip-range of devcluster instance 0 (each instance has its own, addresses.py).
+# Loopback, so that the host can reach ClusterIPs (the simulation's kube-proxy listens on them,
+# sim/serviceproxy.py); clients treat the IP as opaque, as they must on any cluster (each picks its own
+# range; kubeadm's default is 10.96.0.0/12).
+SERVICE_CIDR = service_cidr(0)
 
 
 class ClusterIPAllocator:

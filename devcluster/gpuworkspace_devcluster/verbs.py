@@ -20,7 +20,13 @@ from typing import Any
 import orjson
 
 from . import errors, jobspec, patching, podsecurity, saadmission, validation
-from .defaults import ClusterIPAllocator, DefaultingContext, apply_defaults, apply_update_defaults
+from .defaults import (
+    SERVICE_CIDR,
+    ClusterIPAllocator,
+    DefaultingContext,
+    apply_defaults,
+    apply_update_defaults,
+)
 from .errors import ApiError
 from .quantity import parse_quantity
 from .resources import ResourceType, find
@@ -80,13 +86,15 @@ def _admit_pod(store: Store, namespace: str, pod: Obj) -> list[str]:
 
 
 class Verbs:
-    def __init__(self, store: Store, schemas: validation.SchemaSet | None = None) -> None:
+    def __init__(
+        self, store: Store, schemas: validation.SchemaSet | None = None, *, service_cidr: str = SERVICE_CIDR
+    ) -> None:
         self.store = store
         self.schemas = schemas or validation.default_schema_set()
         services = find("", "v1", "services")
         assert services is not None
         used = {o.get("spec", {}).get("clusterIP", "") for o in store.items(services)}
-        self.allocate_cluster_ip = ClusterIPAllocator(used=used)
+        self.allocate_cluster_ip = ClusterIPAllocator(service_cidr, used=used)
         self.random = random.Random()
         # mutating admission webhooks (e.g. Kueue's Job webhook): called on every create after defaulting
         self.mutating_webhooks: list[Callable[[ResourceType, Obj], None]] = []

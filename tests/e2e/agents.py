@@ -4,7 +4,7 @@ fake NVML, published through the Kubernetes API as the DaemonSet and the endpoin
     with start_agents(stack.devcluster.state_dir, stack.devcluster.url, stack.kubeconfig) as urls:
         ...  # urls: node -> "http://127.10.0.1:9500/metrics"
 
-Each agent listens on its node's InternalIP (``127.<10+i>.0.1``, read from the Node) port 9500 (a free
+Each agent listens on its node's InternalIP (``127.<o>.0.1`` in the devcluster instance's range, read from the Node) port 9500 (a free
 port when 9500 is taken there), with ``--proc-root <state>/sim/proc/<node>``. The selector-less
 Service ``gpuworkspace-agent`` (port ``metrics``) and an EndpointSlice (label
 ``kubernetes.io/service-name``, one endpoint per node with ``nodeName``) go in with

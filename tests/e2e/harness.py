@@ -3,8 +3,9 @@
 Used by the e2e tests (``tests/e2e/conftest.py``), the spawn benchmark
 (``tests/benchmarks/bench_spawn.py``) and, for the same start/stop logic, the demo launcher.
 
-- :class:`Devcluster` runs ``gpuworkspace-devcluster up`` (its ports and pod IPs are fixed: one per
-  machine) and reads its request log.
+- :class:`Devcluster` runs ``gpuworkspace-devcluster up`` (on a free port, with the pod, node and
+  ClusterIP ranges of this process's devcluster instance, ``$GPUWS_DEVCLUSTER_INSTANCE``: several
+  stacks run side by side) and reads its request log.
 - :class:`OidcMock` runs ``oidc-provider-mock`` on a free port with the predefined users alice, bob
   and admin (one-click buttons on its authorization page).
 - :class:`Hub` runs ``jupyterhub`` with ``hub_config/jupyterhub_config.py`` (through a small wrapper
@@ -13,7 +14,7 @@ Used by the e2e tests (``tests/e2e/conftest.py``), the spawn benchmark
 
 Every process runs in its own session (process group); ``stop()`` sends SIGTERM to the leader, waits,
 then kills what is left of the group. An ``atexit`` hook stops whatever is still running, so an
-interrupted test run does not leave a devcluster holding the machine's fixed addresses.
+interrupted test run does not leave a devcluster holding its instance's addresses.
 """
 
 from __future__ import annotations
@@ -342,6 +343,10 @@ c.GPUWorkspaceSpawner.heal_max_restarts = 2  # a crash loop gives up after ~15 s
 """
 
 
+# The hub-managed services' ports (hub_config/jupyterhub_config.py: GPUWS_<NAME>_PORT)
+SERVICE_PORTS = ("DISKS", "ATTRIBUTION", "CULLER", "RECLAIMER_METRICS", "JOBS")
+
+
 class Hub:
     """JupyterHub on free ports with hub_config/jupyterhub_config.py; restartable alone."""
 
@@ -361,6 +366,8 @@ class Hub:
         self.workdir = workdir.resolve()
         self.data_dir = self.workdir / "hub-data"
         self.public_port, self.hub_port, self.proxy_api_port = free_port(), free_port(), free_port()
+        # the hub's services, on free ports too: another stack may run beside this one
+        self.service_ports = {name: free_port() for name in SERVICE_PORTS}
         self.url = f"http://127.0.0.1:{self.public_port}"
         self.api_url = f"{self.url}/hub/api"
         self.admin_token = secrets.token_hex(24)
@@ -374,6 +381,7 @@ class Hub:
             "GPUWS_PUBLIC_PORT": str(self.public_port),
             "GPUWS_HUB_PORT": str(self.hub_port),
             "GPUWS_PROXY_API_PORT": str(self.proxy_api_port),
+            **{f"GPUWS_{name}_PORT": str(port) for name, port in self.service_ports.items()},
             "GPUWS_OIDC_URL": oidc.url,
             "GPUWS_DATA_DIR": str(self.data_dir),
             "GPUWS_SPAWNER": spawner,

@@ -2,7 +2,7 @@
 
 The real processes on the devcluster: the hub (``/hub/metrics``), the disk service and the attribution
 service (their ``/metrics`` with a token that has ``read:metrics``), the reclaimer (its
-``--metrics-listen``, on 127.0.0.1:10104 in hub_config), the node agents, and Kueue's controller manager
+``--metrics-listen``, at hub_config's ``GPUWS_RECLAIMER_METRICS_PORT``), the node agents, and Kueue's controller manager
 (the devcluster's Kueue, found through Kueue's metrics Service as Prometheus finds it). A metric counts as served when
 its family is in a scrape (a family without samples yet is still declared there with its type, so
 a histogram ``x`` serves ``x_bucket``, ``x_count`` and ``x_sum``). The idle culler serves no metrics.
@@ -26,7 +26,11 @@ from .test_spawn_feedback import ensure_user, metric
 from .test_workspace_lifecycle import kubectl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
-RECLAIMER_METRICS = "http://127.0.0.1:10104/metrics"  # hub_config: GPUWS_RECLAIMER_METRICS_PORT
+
+
+def reclaimer_metrics_url(stack: HubStack) -> str:
+    """The reclaimer's ``--metrics-listen`` (hub_config: ``GPUWS_RECLAIMER_METRICS_PORT``, a free port here)."""
+    return f"http://127.0.0.1:{stack.hub.service_ports['RECLAIMER_METRICS']}/metrics"
 
 
 def kueue_metrics_url(stack: HubStack) -> str:
@@ -73,14 +77,15 @@ def test_every_metric_in_the_rules_and_dashboards_is_served(
     }
     assert all(n >= 1 for n in phases.values()), phases
     stack.hub.stop_server("watcher", "m")
-    wait_for(lambda: http("GET", RECLAIMER_METRICS)[0] == 200, 60, "the reclaimer's /metrics")
+    reclaimer_metrics = reclaimer_metrics_url(stack)
+    wait_for(lambda: http("GET", reclaimer_metrics)[0] == 200, 60, "the reclaimer's /metrics")
     scrapes = {
         "hub": _families(f"{stack.url}/hub/metrics", token),
         "gpuworkspace-disks": _families(disks[0] + "metrics", token),
         "gpuworkspace-attribution": _families(
             f"{stack.url}/services/gpuworkspace-attribution/metrics", token
         ),
-        "gpuworkspace-reclaimer": _families(RECLAIMER_METRICS),
+        "gpuworkspace-reclaimer": _families(reclaimer_metrics),
         "kueue": _families(kueue_metrics_url(stack)),
     }
     for node, url in agents.items():

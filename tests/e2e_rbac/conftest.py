@@ -3,8 +3,8 @@
 ``jhub/hub``, as it does in the hub pod, with each service that talks to Kubernetes authenticating as
 its own ServiceAccount (``jhub/gpuworkspace-disks`` ..., as its Deployment does).
 
-Package-scoped like ``tests/e2e``'s stack, so pytest stops it before another package starts its own
-devcluster (one per machine; ``make test`` runs under the devcluster lock).
+Package-scoped like ``tests/e2e``'s stack: it starts once, and `make test` keeps the package in one
+test process (tests/conftest.py), whose devclusters use that process's instance.
 """
 
 from __future__ import annotations

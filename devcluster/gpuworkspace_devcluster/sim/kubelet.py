@@ -1,8 +1,9 @@
 """The simulated kubelet: one per node, running the pods bound to it as local processes.
 
-``Kubelet(ctx, node_name, node_index)`` watches pods with ``spec.nodeName == node_name`` and runs a
+``Kubelet(ctx, node_name, ip_octet)`` watches pods with ``spec.nodeName == node_name`` and runs a
 :class:`~.podworker.PodWorker` per pod (admission, volumes, images, processes, probes, status, graceful
-deletion). It owns the node's pod IPs (``127.<10+index>.x.y``, persisted in ``sim/kubelet-<node>.json`` with
+deletion). It owns the node's pod IPs (``127.<ip_octet>.x.y``, the node's range in its devcluster instance,
+addresses.py; persisted in ``sim/kubelet-<node>.json`` with
 the node's image cache, so a restart never hands out a live IP), renews the node's Lease
 (``kube-node-lease/<node>``) and re-posts the Node's conditions. It registers itself as
 ``ctx.components["kubelet:<node>"]``.
@@ -104,15 +105,15 @@ class Kubelet(SimController):
         self,
         ctx: SimContext,
         node_name: str,
-        node_index: int,
+        ip_octet: int,
         config: KubeletConfig | None = None,
         *,
         register: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(ctx.verbs)
-        self.ctx, self.node, self.node_index = ctx, node_name, node_index
+        self.ctx, self.node, self.ip_octet = ctx, node_name, ip_octet
         self.name = f"kubelet-{node_name}"
-        self.node_ip = f"127.{10 + node_index}.0.1"
+        self.node_ip = f"127.{ip_octet}.0.1"
         self.config = config or KubeletConfig()
         as_root = os.geteuid() == 0
         self.volumes = PodVolumes(self.store, ctx.state_dir, node_name, self._volume_dir, as_root=as_root)
@@ -150,10 +151,11 @@ class Kubelet(SimController):
         self._load_state()
         mine = [p for p in self.store.items(PODS) if (p.get("spec") or {}).get("nodeName") == self.node]
         live = {p["metadata"]["uid"] for p in mine}
-        self._ips = {uid: ip for uid, ip in self._ips.items() if uid in live}
+        mine_prefix = f"127.{self.ip_octet}."  # a state dir reused by another instance: its IPs are gone
+        self._ips = {uid: ip for uid, ip in self._ips.items() if uid in live and ip.startswith(mine_prefix)}
         for pod in mine:
             ip = (pod.get("status") or {}).get("podIP")
-            if ip and ip != self.node_ip and ip.startswith(f"127.{10 + self.node_index}."):
+            if ip and ip != self.node_ip and ip.startswith(mine_prefix):
                 self._ips.setdefault(pod["metadata"]["uid"], ip)
         # processes left by a devcluster that died without stopping them: a node reboot ends them, and
         # empties the pods' memory-backed volumes (remounted when their pods start again)
@@ -284,7 +286,7 @@ class Kubelet(SimController):
         for _ in range(256 * _IPS_PER_BLOCK):
             self._cursor = self._cursor % (256 * _IPS_PER_BLOCK - 1) + 1
             block, host = divmod(self._cursor, _IPS_PER_BLOCK)
-            ip = f"127.{10 + self.node_index}.{block}.{host + 1}"
+            ip = f"127.{self.ip_octet}.{block}.{host + 1}"
             if ip != self.node_ip and ip not in used:
                 self._ips[uid] = ip
                 self._save_state()

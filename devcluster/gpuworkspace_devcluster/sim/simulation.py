@@ -47,8 +47,10 @@ class Simulation:
         *,
         kubelet_config: KubeletConfig | None = None,
         serve_metrics: bool = True,
+        instance: int = 0,
     ) -> None:
         self.cluster = cluster
+        self.instance = instance
         self.topology_path = topology
         self.kubelet_config = kubelet_config
         self.serve_metrics = serve_metrics
@@ -62,7 +64,7 @@ class Simulation:
             verbs=cluster.verbs,
             state_dir=Path(state_dir),
             pod_runtime=cluster.pod_runtime,
-            topology=load_topology(self.topology_path),
+            topology=load_topology(self.topology_path, instance=self.instance),
             cluster=cluster,
         )
         topology = await apply_topology(ctx)
@@ -88,7 +90,7 @@ class Simulation:
             Kubelet(
                 ctx,
                 node.name,
-                node.index,
+                node.ip_octet,
                 self.kubelet_config,
                 register=cluster.controllers.kubelet_nodes.add,
             )

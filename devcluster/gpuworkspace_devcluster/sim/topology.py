@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from ..addresses import NODES_PER_INSTANCE, check_instance, node_octet
 from ..quantity import QuantityError, parse_quantity
 from ..resources import find
 from ..store import Obj
@@ -92,7 +93,7 @@ class GpuSpec:
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
-    index: int  # position in the file: fixes the node's IPs
+    index: int  # position in the file: with the devcluster's instance, fixes the node's IPs
     instance_type: str
     cpu: Decimal
     memory: Decimal
@@ -104,11 +105,12 @@ class NodeSpec:
     gpus: tuple[GpuSpec, ...] = ()
     gpu_family: str = ""
     mig_config: str = "all-disabled"
+    instance: int = 0  # the devcluster's (addresses.py)
 
     @property
     def ip_octet(self) -> int:
         """Second octet of the node's addresses: InternalIP ``127.<octet>.0.1``, pods ``127.<octet>.x.y``."""
-        return 10 + self.index
+        return node_octet(self.instance, self.index)
 
     @property
     def internal_ip(self) -> str:
@@ -251,7 +253,7 @@ def _gpus(data: Any, where: str) -> tuple[tuple[GpuSpec, ...], str, str]:
 _NODE_KEYS = ("name", "instance_type", "cpu", "memory", "ephemeral_storage", "pods", "reserved", "labels")
 
 
-def _node(raw: Any, index: int) -> NodeSpec:
+def _node(raw: Any, index: int, instance: int) -> NodeSpec:
     where = f"nodes[{index}]"
     d = _mapping(raw, where, (*_NODE_KEYS, "taints", "gpus"))
     taints = []
@@ -282,6 +284,7 @@ def _node(raw: Any, index: int) -> NodeSpec:
         gpus=gpus,
         gpu_family=family,
         mig_config=mig_config,
+        instance=instance,
     )
 
 
@@ -343,9 +346,14 @@ def _golden(raw: Any, i: int, classes: tuple[StorageClassSpec, ...]) -> GoldenIm
     )
 
 
-def _parse(data: Any, source: Path) -> Topology:
+def _parse(data: Any, source: Path, instance: int) -> Topology:
     top = _mapping(data, "", ("nodes", "storage_classes", "snapshot_classes", "namespaces", "golden_images"))
-    nodes = tuple(_node(raw, i) for i, raw in enumerate(_get(top, "nodes", list, "")))
+    raw_nodes = _get(top, "nodes", list, "")
+    if len(raw_nodes) > NODES_PER_INSTANCE:
+        raise _FieldError(
+            "nodes", f"{len(raw_nodes)} nodes: a devcluster has at most {NODES_PER_INSTANCE} (addresses.py)"
+        )
+    nodes = tuple(_node(raw, i, instance) for i, raw in enumerate(raw_nodes))
     names = [n.name for n in nodes]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -364,8 +372,9 @@ def _parse(data: Any, source: Path) -> Topology:
     return Topology(source, nodes, classes, snaps, tuple(namespaces), golden)
 
 
-def load_topology(path: Path | str | None = None) -> Topology:
-    """Read a topology file (the packaged default when ``path`` is None).
+def load_topology(path: Path | str | None = None, *, instance: int = 0) -> Topology:
+    """Read a topology file (the packaged default when ``path`` is None), its nodes placed in the
+    address ranges of devcluster ``instance``.
 
     Raises ``ValueError("<file>: <field>: <problem>")`` for unreadable YAML or a bad field.
     """
@@ -377,7 +386,7 @@ def load_topology(path: Path | str | None = None) -> Topology:
     except yaml.YAMLError as exc:
         raise ValueError(f"{source}: not valid YAML: {exc}") from exc
     try:
-        return _parse(data, source)
+        return _parse(data, source, check_instance(instance))
     except _FieldError as exc:
         raise ValueError(f"{source}: {exc}") from None
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuworkspace_devcluster.addresses import instance_from_env
 from gpuworkspace_devcluster.cluster import DevCluster
 from gpuworkspace_devcluster.openapi import find_shared_schemas
 from gpuworkspace_devcluster.resources import find
@@ -348,10 +349,11 @@ async def _get(url: str) -> tuple[int, str]:
 
 async def test_exporter_serves_node_metrics_and_publishes_discovery(cluster: DevCluster) -> None:
     ctx = SimContext(verbs=cluster.verbs, state_dir=cluster.state_dir, pod_runtime=cluster.pod_runtime)
-    topo = load_topology()
+    instance = instance_from_env()  # this test process's (another may serve node a of instance 0)
+    topo = load_topology(instance=instance)
     ctx.topology, ctx.devices = topo, DeviceManager(cluster.state_dir, topo)
     ip = topo.node("gpu-node-a").internal_ip
-    assert ip == "127.10.0.1"
+    assert ip == f"127.{10 + 10 * instance}.0.1"
     cluster.verbs.create(
         NODES,
         "",
@@ -461,7 +463,7 @@ async def test_a_tls_clusters_kubelet_verifies_with_the_cluster_ca_and_authorize
         ctx = SimContext(
             verbs=cluster.verbs, state_dir=cluster.state_dir, pod_runtime=cluster.pod_runtime, cluster=cluster
         )
-        topo = load_topology()
+        topo = load_topology(instance=instance_from_env())  # this test process's node addresses
         ctx.topology, ctx.devices = topo, DeviceManager(cluster.state_dir, topo)
         ip = topo.node("cpu-node-a").internal_ip
         cluster.verbs.create(

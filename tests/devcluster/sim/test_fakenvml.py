@@ -1,7 +1,7 @@
 """The fake NVML behind ``gpuworkspace-agent`` in the devcluster: the pure view, its agreement with the
 simulated dcgm-exporter, and the REAL agent CLI scraped against a running simulated cluster.
 
-The live test starts a devcluster: run it under ``flock /tmp/gpuws-devcluster.lock``.
+The live test starts a devcluster, in this process's instance (``$GPUWS_DEVCLUSTER_INSTANCE``).
 """
 
 from __future__ import annotations

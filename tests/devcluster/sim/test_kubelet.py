@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from gpuworkspace_devcluster.addresses import instance_from_env, node_octet
 from gpuworkspace_devcluster.cluster import DevCluster
 from gpuworkspace_devcluster.errors import ApiError
 from gpuworkspace_devcluster.sim import images, podenv
@@ -43,7 +44,8 @@ SECRETS, CONFIGMAPS, LEASES = (
     rt_of("", "configmaps"),
     rt_of("coordination.k8s.io", "leases"),
 )
-NODE, INDEX = "sim-node-a", 7  # pod IPs 127.17.x.y
+# node 7 of this process's devcluster instance: pod IPs 127.<OCTET>.x.y (17 in instance 0)
+NODE, OCTET = "sim-node-a", node_octet(instance_from_env(), 7)
 RBD = "rbd.csi.ceph.com"
 
 
@@ -133,7 +135,7 @@ async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
             NODES, "", {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}}
         )
         ctx = SimContext(cluster.verbs, cluster.state_dir or tmp_path, cluster.pod_runtime)
-        kubelet = Kubelet(ctx, NODE, INDEX, fast_config(), register=cluster.controllers.kubelet_nodes.add)
+        kubelet = Kubelet(ctx, NODE, OCTET, fast_config(), register=cluster.controllers.kubelet_nodes.add)
         await kubelet.start()
         sim = Sim(cluster, ctx, kubelet)
         try:
@@ -216,8 +218,8 @@ async def test_python_http_server_pods_get_own_ips_serve_log_and_delete(sim: Sim
     pod, pod2 = sim.pod("web"), sim.pod("web2")
     assert pod is not None and pod2 is not None
     ip = pod["status"]["podIP"]
-    assert re.fullmatch(r"127\.17\.\d+\.\d+", ip) and ip != pod2["status"]["podIP"]
-    assert pod["status"]["podIPs"] == [{"ip": ip}] and pod["status"]["hostIP"] == "127.17.0.1"
+    assert re.fullmatch(rf"127\.{OCTET}\.\d+\.\d+", ip) and ip != pod2["status"]["podIP"]
+    assert pod["status"]["podIPs"] == [{"ip": ip}] and pod["status"]["hostIP"] == f"127.{OCTET}.0.1"
     assert pod["status"]["phase"] == "Running"
     cs = sim.status("web")
     assert cs["containerID"].startswith("containerd://") and cs["started"] and cs["restartCount"] == 0
@@ -621,7 +623,7 @@ async def test_kubelet_restart_restarts_lost_containers_on_the_same_ip(sim: Sim)
     pid = sim.kubelet.container_pids("default", "long")["c"]
     await sim.kubelet.stop()
     await eventually(lambda: not _alive(pid) or _zombie(pid), 5, "process ended")
-    sim.kubelet = Kubelet(sim.ctx, NODE, INDEX, fast_config())
+    sim.kubelet = Kubelet(sim.ctx, NODE, OCTET, fast_config())
     await sim.kubelet.start()
     await eventually(
         lambda: sim.status("long")["restartCount"] == 1 and "running" in sim.status("long")["state"]

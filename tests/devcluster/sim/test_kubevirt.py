@@ -681,7 +681,8 @@ def test_guest_boots_serves_and_persists(tmp_path: Path) -> None:
     (root / "etc" / "os-release").write_text('PRETTY_NAME="Ubuntu 24.04.1 LTS"\nID=ubuntu\n')
     secret.mkdir()
     (secret / "userdata").write_text(USERDATA)
-    ip = f"127.{random.randint(100, 200)}.{random.randint(1, 250)}.{random.randint(2, 250)}"
+    # outside every devcluster instance's ranges (addresses.py), so another test process's pods never hold it
+    ip = f"127.{random.randint(110, 250)}.{random.randint(1, 250)}.{random.randint(2, 250)}"
     env = {
         **os.environ,
         "GPUWORKSPACE_MOUNTS": json.dumps(

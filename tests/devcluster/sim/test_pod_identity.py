@@ -26,7 +26,7 @@ from gpuworkspace_devcluster.sim.base import rt_of
 from gpuworkspace_devcluster.sim.context import SimContext
 from gpuworkspace_devcluster.sim.kubelet import Kubelet
 
-from .test_kubelet import INDEX, NODE, NODES, PODS, Sim, eventually, fast_config, marked_pids
+from .test_kubelet import NODE, NODES, OCTET, PODS, Sim, eventually, fast_config, marked_pids
 
 Obj = dict[str, Any]
 SAS, ROLES, BINDINGS = (
@@ -50,7 +50,7 @@ async def secure(tmp_path: Path) -> AsyncIterator[Sim]:
         ctx = SimContext(cluster.verbs, cluster.state_dir or tmp_path, cluster.pod_runtime, cluster=cluster)
         config = fast_config()
         config.eviction_interval_s = 0.3
-        kubelet = Kubelet(ctx, NODE, INDEX, config, register=cluster.controllers.kubelet_nodes.add)
+        kubelet = Kubelet(ctx, NODE, OCTET, config, register=cluster.controllers.kubelet_nodes.add)
         await kubelet.start()
         sim = Sim(cluster, ctx, kubelet)
         try:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from gpuworkspace_devcluster.addresses import instance_from_env, service_cidr
 from gpuworkspace_devcluster.defaults import SERVICE_CIDR, ClusterIPAllocator
 from gpuworkspace_devcluster.sim.endpoints import endpoint_subsets, find_port, slice_groups
 from gpuworkspace_devcluster.testing import BackgroundCluster
@@ -28,6 +29,8 @@ from .test_e2e_pods import apply, eventually, get
 
 pytestmark = pytest.mark.kubectl
 NS = "gpu-workspaces"
+# a client outside every devcluster instance's ranges (addresses.py)
+CLIENT_IP = "127.250.0.1"
 LITE = "gpuworkspace.dev/lite-singleuser:latest"
 PREFIX = "/user/svc/"
 Obj = dict[str, Any]
@@ -244,9 +247,7 @@ def test_tcp_streams_both_ways_round_robin_and_keep_the_client_ip(kubectl: Kubec
     pod_ips = {get(kubectl, "pod", n)["status"]["podIP"] for n in ("echo-a", "echo-b")}
 
     def exchange() -> tuple[str, str]:
-        with socket.create_connection(
-            (cluster_ip, 7000), timeout=5, source_address=("127.55.0.1", 0)
-        ) as sock:
+        with socket.create_connection((cluster_ip, 7000), timeout=5, source_address=(CLIENT_IP, 0)) as sock:
             for i in range(3):  # several round trips on one connection
                 sock.sendall(f"ping {i}\n".encode())
                 assert sock.recv(100) == f"ping {i}\n".encode()
@@ -261,14 +262,14 @@ def test_tcp_streams_both_ways_round_robin_and_keep_the_client_ip(kubectl: Kubec
             return client, server
 
     seen = [eventually(exchange, 10, "echo via the ClusterIP") for _ in range(4)]
-    assert {client for client, _ in seen} == {"127.55.0.1"}  # the pod sees the client's address (no SNAT)
+    assert {client for client, _ in seen} == {CLIENT_IP}  # the pod sees the client's address (no SNAT)
     assert {server for _, server in seen} == pod_ips  # round-robin over both pods
     kubectl("delete", "service", "echo", "-n", NS)
     kubectl("delete", "pod", "echo-a", "echo-b", "-n", NS, "--wait=false")
 
 
 def test_a_port_conflict_is_reported_and_retried_without_harm(kubectl: Kubectl) -> None:
-    ip = "127.96.250.1"
+    ip = str(ipaddress.ip_network(service_cidr(instance_from_env()))[250 * 256 + 1])  # .250.1 of the range
     blocker = socket.create_server((ip, 8080))
     try:
         apply(kubectl, lite_pod("busy-a", "busy"), service("busy", "busy", 8080, 8888, clusterIP=ip))

@@ -6,7 +6,7 @@ The Observation the sources build must name the pod's user and carry the scripte
 rules must attribute the card to that workspace as measured. The cluster serves TLS and checks tokens,
 so the kubelet scrape takes the verified path (certificates from the cluster CA, then the token).
 
-Starts a devcluster: run under ``flock /tmp/gpuws-devcluster.lock`` (one devcluster per machine).
+Starts a devcluster, in this process's instance (``$GPUWS_DEVCLUSTER_INSTANCE``, tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ second is admitted and completes. Refusals (another user's job, a profile outsid
 path out of the home directory) write nothing; a submission that fails half-way (even before its Job
 exists, so the garbage collector cannot help) deletes what it made. Every submission is audited.
 
-Starts a devcluster: run under ``flock /tmp/gpuws-devcluster.lock`` (one devcluster per machine).
+Starts a devcluster, in this process's instance (``$GPUWS_DEVCLUSTER_INSTANCE``, tests/conftest.py).
 """
 
 from __future__ import annotations
