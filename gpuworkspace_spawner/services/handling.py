@@ -20,12 +20,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 
 from ..k8s import KubernetesError, Unavailable
 from . import access
-from .serving import JsonErrors, ServiceError, login_url
+from .serving import METRICS_CONTENT_TYPE, JsonErrors, ServiceError, login_url
 
 log = logging.getLogger("gpuworkspace.services")
 MAX_BODY = 16 * 1024
@@ -144,7 +143,7 @@ class ServiceHandler(JsonErrors):
 
     def send_metrics(self, text: bytes) -> None:
         """Prometheus' text format (a ``scrape`` route's answer)."""
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.set_header("Content-Type", METRICS_CONTENT_TYPE)
         self.finish(text)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from tornado import web
+
+from .serving import metrics_app, metrics_registry
 
 __all__ = ["ReclaimStats", "ReclaimerMetrics", "count_overdue", "make_metrics_app"]
 
@@ -106,17 +107,6 @@ class ReclaimerMetrics(Collector):
             yield gauge
 
 
-class _MetricsHandler(web.RequestHandler):
-    def initialize(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
-
-    def get(self) -> None:
-        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.finish(generate_latest(self.registry))
-
-
 def make_metrics_app(stats: ReclaimStats) -> web.Application:
     """``GET /metrics`` (the Prometheus text format) and nothing else."""
-    registry = CollectorRegistry()
-    registry.register(ReclaimerMetrics(stats))
-    return web.Application([(r"/metrics", _MetricsHandler, {"registry": registry})])
+    return metrics_app(metrics_registry(ReclaimerMetrics(stats)))

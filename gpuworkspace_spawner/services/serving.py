@@ -1,5 +1,6 @@
 """What every HTTP hub service here does the same way: JSON errors, where to listen, a bound on request
-bodies, its log lines, running until a signal."""
+bodies, its log lines, running until a signal, and its ``/metrics`` (a registry of its own collectors,
+rendered in the Prometheus text format)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 from tornado import gen, httputil, web
 from tornado.http1connection import HTTP1Connection
 from tornado.httpserver import HTTPServer
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # the services' JSON bodies are a few hundred bytes
 _HEADER_ROOM = 64 << 10  # read buffer room for the request line and headers, above the body limit
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST  # of what metrics_text renders
 LINGER_S = 5.0  # after a 413: how long what the client still sends is read and dropped before closing
 
 
@@ -219,3 +224,34 @@ def http_server(app: web.Application, *, max_body_bytes: int) -> HTTPServer:
         max_body_size=max_body_bytes,
         max_buffer_size=max_body_bytes + _HEADER_ROOM,
     )
+
+
+def metrics_registry(*collectors: Collector) -> CollectorRegistry:
+    """A registry of the service's own collectors only (no process or platform defaults), as every
+    service's ``/metrics`` serves."""
+    registry = CollectorRegistry()
+    for collector in collectors:
+        registry.register(collector)
+    return registry
+
+
+def metrics_text(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format of ``registry`` (served with :data:`METRICS_CONTENT_TYPE`)."""
+    return generate_latest(registry)
+
+
+class MetricsOnly(web.RequestHandler):
+    """``GET /metrics`` with no authentication, for a service that listens on a private address only
+    (the reclaimer's ``--metrics-listen``); the hub services serve theirs through ``ServiceHandler``."""
+
+    def initialize(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def get(self) -> None:
+        self.set_header("Content-Type", METRICS_CONTENT_TYPE)
+        self.finish(metrics_text(self.registry))
+
+
+def metrics_app(registry: CollectorRegistry) -> web.Application:
+    """``GET /metrics`` (the Prometheus text format) and nothing else."""
+    return web.Application([(r"/metrics", MetricsOnly, {"registry": registry})])

@@ -10,12 +10,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient
 from tornado.testing import bind_unused_port
 
 from gpuworkspace_spawner.services.handling import ServiceHandler
-from gpuworkspace_spawner.services.serving import http_server
+from gpuworkspace_spawner.services.serving import (
+    METRICS_CONTENT_TYPE,
+    http_server,
+    metrics_app,
+    metrics_registry,
+)
 
 SERVICE = "kit-demo"
 TOKENS = {
@@ -170,3 +177,26 @@ async def test_metrics_for_a_scraper_token_or_anyone_when_public(base: str) -> N
     assert (code, kind.split(";")[0], text) == (200, "text/plain", "demo_up 1\n")
     code, _, text = await call(f"{base}/public-metrics")
     assert (code, text) == (200, "demo_up 1\n")
+
+
+class _Up:
+    """A service's own collector: one gauge."""
+
+    def collect(self) -> Any:
+        gauge = GaugeMetricFamily("demo_up", "1 while the demo runs")
+        gauge.add_metric([], 1)
+        yield gauge
+
+
+async def test_a_metrics_only_app_serves_the_services_own_collectors_and_nothing_else() -> None:
+    """The reclaimer's ``--metrics-listen``: its collectors, none of prometheus_client's process defaults."""
+    sock, port = bind_unused_port()
+    server = http_server(metrics_app(metrics_registry(_Up())), max_body_bytes=1 << 20)
+    server.add_sockets([sock])
+    try:
+        code, kind, text = await call(f"http://127.0.0.1:{port}/metrics")
+        assert (code, kind) == (200, METRICS_CONTENT_TYPE)
+        assert [f.name for f in text_string_to_metric_families(text)] == ["demo_up"]
+        assert (await call(f"http://127.0.0.1:{port}/other"))[0] == 404
+    finally:
+        server.stop()

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuth
-from prometheus_client import CollectorRegistry, generate_latest
 from tornado import web
 
 from ..access import (
@@ -21,7 +20,7 @@ from ..access import (
     who,
 )
 from ..handling import ServiceHandler
-from ..serving import ServiceError, login_url, shown
+from ..serving import ServiceError, login_url, metrics_registry, metrics_text, shown
 from . import access, dashboard
 from .aggregate import RANKINGS
 from .availability import parse_need
@@ -334,8 +333,9 @@ class State:
         self.hub_prefix, self.show_owners_to_all = hub_prefix, show_owners_to_all
         self.metrics_public, self.prometheus = metrics_public, prometheus
         self.templates = dashboard.environment()
-        self.registry = CollectorRegistry()
-        self.registry.register(AttributionMetrics(lambda: collector.snapshot, lambda: collector.stats))
+        self.registry = metrics_registry(
+            AttributionMetrics(lambda: collector.snapshot, lambda: collector.stats)
+        )
         self._metrics: tuple[tuple[int, int], bytes] | None = None
 
     async def metrics_text(self) -> bytes:
@@ -343,7 +343,7 @@ class State:
         ~0.1 s of the event loop per scrape."""
         key = (id(self.collector.snapshot), self.collector.stats.cycles)
         if self._metrics is None or self._metrics[0] != key:
-            self._metrics = (key, await off_loop(generate_latest, self.registry))
+            self._metrics = (key, await off_loop(metrics_text, self.registry))
         return self._metrics[1]
 
     async def trend(self, name: str, since: float, until: float) -> list[tuple[float, float]]:

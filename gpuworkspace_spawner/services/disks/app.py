@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyterhub.services.auth import HubAuth, HubOAuth
 from jupyterhub.utils import url_path_join
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from tornado import web
 
 from ...catalog import CatalogError, CatalogSource
@@ -32,6 +32,8 @@ from ..serving import (
     add_body_limit_argument,
     http_server,
     listen_address,
+    metrics_registry,
+    metrics_text,
     run_service,
     until_stopped,
 )
@@ -153,7 +155,7 @@ class MetricsHandler(ApiHandler):
             (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in await self.ops.claims()
         }
         await self.ops.refresh_stats()  # on each scrape
-        self.send_metrics(generate_latest(self.registry))
+        self.send_metrics(metrics_text(self.registry))
 
 
 def make_app(
@@ -165,8 +167,7 @@ def make_app(
     metrics_public: bool,
     warn_threshold: float = 0.9,
 ) -> web.Application:
-    registry = CollectorRegistry()
-    registry.register(collector)
+    registry = metrics_registry(collector)
     common = {"ops": ops, "hub_auth": hub_auth}
     api = url_path_join(prefix, "api/v1")
     claim = r"([a-z0-9][-a-z0-9.]*)"
