@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubespawner.clients import shared_client
 from kubespawner.reflector import ResourceReflector
 from traitlets import Unicode, default
 
-from .errors import Conflict, NotFound, api_errors, retry_unavailable
+from .errors import Conflict, NotFound, retry_unavailable
 from .gateway import MERGE_PATCH, Api, Obj, _json
 from .kinds import Kind
 from .observing import ObjectWatch
@@ -291,6 +291,12 @@ async def put_secret(
         await create()
 
 
+def lister(api: Any, kind: Kind) -> _CustomLister:
+    """``lister(api, kind).list_objects(namespace, **kwargs)``: ``kind``'s list method in the shape of a
+    ``CoreV1Api`` ``list_namespaced_*`` one, for watches (ResourceReflector, :func:`.observing.first_change`)."""
+    return _CustomLister(api, kind)
+
+
 class _CustomLister:
     """Looks like a CoreV1Api ``list_namespaced_*`` method to ResourceReflector."""
 
@@ -328,7 +334,7 @@ class CustomReflector(ResourceReflector):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         base_api = getattr(self, "api")  # noqa: B009 - set, untyped, by the base class
-        self.api = _CustomLister(base_api, Kind(self.kind_group, self.kind_version, self.kind_plural))
+        self.api = lister(base_api, Kind(self.kind_group, self.kind_version, self.kind_plural))
 
     @property
     def objects(self) -> dict[str, Obj]:
@@ -349,22 +355,3 @@ class ClusterWatch(ObjectWatch):
             for a in self.objects.values()
             if (a.get("spec") or {}).get("source", {}).get("persistentVolumeName") == pv_name
         ]
-
-
-async def wait_for_change(
-    api: Api, kind: Kind, namespace: str, label_selector: str, resource_version: str, timeout_s: int
-) -> None:
-    """Return at the first change to matching objects after ``resource_version``, or after ``timeout_s``."""
-    with api_errors():
-        async with watch.Watch() as stream:
-            async for _ in stream.stream(
-                api.list_namespaced_custom_object,
-                kind.group,
-                kind.version,
-                namespace,
-                kind.plural,
-                label_selector=label_selector,
-                resource_version=resource_version,
-                timeout_seconds=max(1, timeout_s),
-            ):
-                return

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, config
 
 from .errors import api_errors, error_for_status, retry_unavailable
 
@@ -157,22 +157,6 @@ async def connect() -> Api:
     except config.ConfigException:
         await config.load_kube_config()
     return client.CoreV1Api(client.ApiClient())
-
-
-async def wait_for_claim_change(
-    api: Api, namespace: str, label_selector: str, resource_version: str, timeout_s: int
-) -> None:
-    """Return at the first change to matching claims after ``resource_version``, or after ``timeout_s``."""
-    with api_errors():
-        async with watch.Watch() as stream:
-            async for _ in stream.stream(
-                api.list_namespaced_persistent_volume_claim,
-                namespace,
-                label_selector=label_selector,
-                resource_version=resource_version,
-                timeout_seconds=max(1, timeout_s),
-            ):
-                return
 
 
 async def client_credentials() -> tuple[str | None, str | None]:

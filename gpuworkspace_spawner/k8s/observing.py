@@ -4,7 +4,8 @@
 cluster-scoped kinds (nodes) and for label-selected objects of one namespace or of all namespaces
 (workspace pods). It never gives up: a failed list is retried, its error kept in
 :attr:`ObjectWatch.error` for the caller to report, the last objects kept meanwhile; callers that need
-the first list wait for it with :meth:`ObjectWatch.ready`.
+the first list wait for it with :meth:`ObjectWatch.ready`. :func:`first_change` is the one-shot form:
+a single watch request that returns at the first change (the reclaimer's sleep between passes).
 Watch events are left as API dicts (``Watch(return_type="object")``): no client models are built.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubespawner.clients import shared_client
 
-from .errors import Unavailable
+from .errors import Unavailable, api_errors
 from .gateway import Obj, _json
 from .kinds import Kind
 
@@ -139,6 +140,31 @@ class ObjectWatch:
     async def stop(self) -> None:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def first_change(
+    list_method: Callable[..., Any],
+    *args: Any,
+    label_selector: str,
+    resource_version: str,
+    timeout_s: int,
+) -> None:
+    """Return at the first change to the objects ``list_method(*args)`` lists with ``label_selector``
+    after ``resource_version`` (one watch request), or once ``timeout_s`` seconds passed without one.
+
+    ``list_method`` is any list method: a ``CoreV1Api`` one (claims) or a custom kind's
+    (``custom.lister(api, kind).list_objects``). A failed watch raises its :class:`.errors.KubernetesError`
+    (410 Gone: the caller lists again)."""
+    with api_errors():
+        async with watch.Watch() as stream:
+            async for _ in stream.stream(
+                list_method,
+                *args,
+                label_selector=label_selector,
+                resource_version=resource_version,
+                timeout_seconds=max(1, timeout_s),
+            ):
+                return
 
 
 def pod_watches(

@@ -21,6 +21,7 @@ from typing import Any
 from ..audit import AuditRecord, write_audit
 from ..k8s import Conflict, KubernetesError, NotFound, custom, gateway
 from ..k8s.kinds import DATA_VOLUMES
+from ..k8s.observing import first_change
 from ..lifecycle.retention import decide_reclaim, pods_using_claim
 from ..manifests.names import (
     ANN_SERVERNAME,
@@ -190,16 +191,21 @@ async def run(namespace: str, *, once: bool, dry_run: bool, metrics_listen: str 
 
 async def _wait_for_a_change(api: Any, namespace: str, version: str, timeout_s: int) -> None:
     """Sleep until a retained home claim or root disk changes, or until the next disk is due."""
-    custom_api = custom.custom_api(api)
+    root_disks = custom.lister(custom.custom_api(api), DATA_VOLUMES).list_objects
     watches = [
         asyncio.ensure_future(
-            gateway.wait_for_claim_change(api, namespace, RETAINED_SELECTOR, version, timeout_s)
-        ),
-        asyncio.ensure_future(
-            custom.wait_for_change(
-                custom_api, DATA_VOLUMES, namespace, RETAINED_ROOT_SELECTOR, version, timeout_s
+            first_change(
+                list_method,
+                namespace,
+                label_selector=selector,
+                resource_version=version,
+                timeout_s=timeout_s,
             )
-        ),
+        )
+        for list_method, selector in (
+            (api.list_namespaced_persistent_volume_claim, RETAINED_SELECTOR),
+            (root_disks, RETAINED_ROOT_SELECTOR),
+        )
     ]
     pending = set(watches)
     try:
