@@ -5,11 +5,12 @@ an instance of its own (``$GPUWS_DEVCLUSTER_INSTANCE``: its own loopback ranges 
 ClusterIPs, gpuworkspace_devcluster/addresses.py), so two of them never collide on an address; every
 other port the tests open is a free one the OS picks.
 
-The work is handed out in groups (``--dist loadscope``, with the scopes of :class:`ByCluster`): a package whose tests share one devcluster (a
-package-scoped fixture: the e2e hub stack, the least-privilege stack, the soak) is one group, so its
-devcluster starts once; every other module is a group of its own, so a module-scoped devcluster starts
-once too. The groups that take longest are handed out first, so that no process is left with one
-long group at the end while the others wait.
+The work is handed out in groups (``--dist loadscope``, with the scopes of :class:`ByCluster`): a
+package whose tests share one stack (a package-scoped fixture: the least-privilege stack, the soak) is
+one group, so its stack starts once; every other module is a group of its own, so a module-scoped
+devcluster starts once too. The e2e package is split by module: each process that takes e2e modules
+starts its own e2e hub stack for them. The groups that take longest are handed out first, so that no
+process is left with one long group at the end while the others wait.
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ from xdist.scheduler import LoadScopeScheduling
 from gpuworkspace_devcluster.addresses import INSTANCE_ENV, MAX_INSTANCES, instance_from_env
 
 TESTS = Path(__file__).parent
-# Packages whose tests share a package-scoped devcluster, longest first (serial wall time on the
-# 2-core CI machine, from `make test`'s junit report).
-SHARED_CLUSTER_PACKAGES = ("e2e", "soak", "e2e_rbac", "e2e_limits")
+# Packages whose tests share a package-scoped stack. Each of these is one group, so its stack starts
+# once; tests/e2e is split by module instead, so that its modules (about half of the suite's serial
+# time) spread over the processes: each process that takes e2e modules starts one e2e stack, and runs
+# them one after another while it lasts. In this order, longest first: the bounded soak alone takes
+# about 7 minutes.
+SHARED_CLUSTER_PACKAGES = ("soak", "e2e_rbac", "e2e_limits")
+SPLIT_BY_MODULE = "e2e"
+ORDER = ("soak", SPLIT_BY_MODULE, "e2e_rbac", "e2e_limits")
 
 
 def worker_instance(environ: Mapping[str, str]) -> int | None:
@@ -50,11 +56,16 @@ if (_instance := worker_instance(os.environ)) is not None:
 
 
 def group_of(nodeid: str) -> tuple[int, str]:
-    """(rank, group) of a test: the shared-cluster packages first, in their order; then each module."""
+    """(rank, group) of a test: a shared-stack package is one group, any other module one of its own;
+    the ranks put the soak first, then the e2e modules, the other shared-stack packages, the rest."""
     parts = nodeid.split("::", 1)[0].split("/")
-    if parts[0] == TESTS.name and len(parts) > 2 and parts[1] in SHARED_CLUSTER_PACKAGES:
-        return SHARED_CLUSTER_PACKAGES.index(parts[1]), parts[1]
-    return len(SHARED_CLUSTER_PACKAGES), "/".join(parts)
+    package = parts[1] if parts[0] == TESTS.name and len(parts) > 2 else ""
+    module = "/".join(parts)
+    if package in SHARED_CLUSTER_PACKAGES:
+        return ORDER.index(package), package
+    if package == SPLIT_BY_MODULE:
+        return ORDER.index(package), module
+    return len(ORDER), module
 
 
 @pytest.hookimpl(tryfirst=True)

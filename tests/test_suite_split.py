@@ -8,30 +8,41 @@ import pytest
 
 from gpuworkspace_devcluster.addresses import INSTANCE_ENV
 
-from .conftest import SHARED_CLUSTER_PACKAGES, TESTS, group_of, worker_instance
+from .conftest import ORDER, SHARED_CLUSTER_PACKAGES, SPLIT_BY_MODULE, TESTS, group_of, worker_instance
 
 
-def test_a_package_that_shares_one_devcluster_stays_in_one_process_and_goes_first() -> None:
-    assert group_of("tests/e2e/test_culler.py::test_a") == group_of("tests/e2e/test_jobs.py::test_b[x]")
-    assert group_of("tests/e2e/test_culler.py::test_a") == (0, "e2e")
-    assert group_of("tests/soak/test_waits.py::test_c")[0] < group_of("tests/unit/test_x.py::test_d")[0]
+def test_a_package_that_shares_one_stack_stays_in_one_process() -> None:
+    assert group_of("tests/soak/test_waits.py::test_a") == group_of("tests/soak/test_chaos_soak.py::test_b")
+    assert (
+        group_of("tests/e2e_rbac/test_a.py::t")
+        == group_of("tests/e2e_rbac/test_b.py::t[x]")
+        == (2, "e2e_rbac")
+    )
+
+
+def test_the_e2e_modules_spread_over_the_processes_after_the_soak_and_before_the_rest() -> None:
+    culler, jobs = group_of("tests/e2e/test_culler.py::test_a"), group_of("tests/e2e/test_jobs.py::test_b[x]")
+    assert culler == (1, "tests/e2e/test_culler.py") and jobs == (1, "tests/e2e/test_jobs.py")
+    assert (
+        group_of("tests/soak/test_chaos_soak.py::t")[0] < culler[0] < group_of("tests/unit/test_x.py::t")[0]
+    )
 
 
 def test_every_other_module_is_a_group_of_its_own() -> None:
     a, b = group_of("tests/unit/test_a.py::test_1[p]"), group_of("tests/unit/test_a.py::T::test_2")
-    assert a == b == (len(SHARED_CLUSTER_PACKAGES), "tests/unit/test_a.py")
+    assert a == b == (len(ORDER), "tests/unit/test_a.py")
     assert group_of("tests/unit/test_b.py::test_1") != a
     assert group_of("tests/test_packaging.py::test_1")[1] == "tests/test_packaging.py"
 
 
-def test_every_package_scoped_fixture_is_in_a_shared_cluster_package() -> None:
-    """A new package-scoped stack outside SHARED_CLUSTER_PACKAGES would start once per process it lands in."""
+def test_every_package_scoped_stack_is_in_the_split() -> None:
+    """A new package-scoped stack the split does not know would start once per module it has."""
     packages = {
         conftest.parent.name
         for conftest in TESTS.glob("*/conftest.py")
         if re.search(r"scope=\"package\"", conftest.read_text())
     }
-    assert packages == set(SHARED_CLUSTER_PACKAGES)
+    assert packages == {*SHARED_CLUSTER_PACKAGES, SPLIT_BY_MODULE} == set(ORDER)
 
 
 def test_each_worker_gets_its_own_devcluster_instance() -> None:

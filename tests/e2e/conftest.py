@@ -1,9 +1,9 @@
 """Fixtures for the end-to-end tests: one HubStack per test package, a headless chromium per module.
 
 The stack (devcluster, oidc-provider-mock, JupyterHub and its proxy) is package-scoped: it starts once
-for ``tests/e2e`` and is stopped when the package is done. `make test` keeps the package in one test
-process (tests/conftest.py); its devcluster uses that process's instance, so other processes run
-devclusters of their own beside it. The spawner under test is ``$GPUWS_SPAWNER``; unset, it
+for ``tests/e2e`` in a test process and is stopped when that process is done with the package.
+`make test` spreads the package's modules over its processes (tests/conftest.py): each that takes
+some starts its own stack, whose devcluster uses that process's instance. The spawner under test is ``$GPUWS_SPAWNER``; unset, it
 is this project's spawner when ``gpuworkspace_spawner.spawner`` imports, else plain KubeSpawner.
 Set ``GPUWS_E2E_KEEP=1`` to keep the stack's directory (state and logs) after the run.
 """
