@@ -18,7 +18,7 @@ SOAK_SEED ?= 1
 PYTEST_ARGS ?=
 # `make test` runs the suite in this many processes (pytest-xdist), each with devclusters of its own
 # instance (tests/conftest.py: its own loopback ranges); TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 # Type-checked with --strict (setup.cfg [mypy]): the whole package, and the devcluster's pure modules
 # (STRICT_DEVCLUSTER; its own distribution under devcluster/). Only those that exist are passed.
