@@ -61,17 +61,21 @@ def fast_config() -> KubeletConfig:
     )
 
 
-def marked_pids() -> list[int]:
-    """Every process carrying a container marker (what must be gone after the kubelet stops)."""
+def marked_pids(state_dir: Path) -> list[int]:
+    """Every process of a container the devcluster with ``state_dir`` ran (what must be gone after its
+    kubelet stops): a container marker, and volumes under ``state_dir`` (``GPUWORKSPACE_ROOT``, which
+    every container gets). Other test processes' devclusters run containers at the same time."""
+    root = f"GPUWORKSPACE_ROOT={state_dir}".encode()
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
                 with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    if f"{MARKER}=".encode() in f.read():
-                        pids.append(int(entry.name))
+                    environ = f.read()
             except OSError:
                 continue
+            if f"{MARKER}=".encode() in environ and root in environ:
+                pids.append(int(entry.name))
     return pids
 
 
@@ -142,7 +146,7 @@ async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
             yield sim
         finally:
             await sim.kubelet.stop()
-            await eventually(lambda: not marked_pids(), 5, "every container process gone")
+            await eventually(lambda: not marked_pids(tmp_path), 5, "every container process gone")
 
 
 async def http_get(url: str) -> tuple[int, str]:
@@ -217,6 +221,8 @@ async def test_python_http_server_pods_get_own_ips_serve_log_and_delete(sim: Sim
     )
     pod, pod2 = sim.pod("web"), sim.pod("web2")
     assert pod is not None and pod2 is not None
+    assert sim.cluster.state_dir is not None
+    assert len(marked_pids(sim.cluster.state_dir)) >= 2  # what the fixture's end waits to see gone
     ip = pod["status"]["podIP"]
     assert re.fullmatch(rf"127\.{OCTET}\.\d+\.\d+", ip) and ip != pod2["status"]["podIP"]
     assert pod["status"]["podIPs"] == [{"ip": ip}] and pod["status"]["hostIP"] == f"127.{OCTET}.0.1"

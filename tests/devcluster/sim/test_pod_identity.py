@@ -57,7 +57,7 @@ async def secure(tmp_path: Path) -> AsyncIterator[Sim]:
             yield sim
         finally:
             await sim.kubelet.stop()
-            await eventually(lambda: not marked_pids(), 5, "every container process gone")
+            await eventually(lambda: not marked_pids(tmp_path), 5, "every container process gone")
 
 
 async def api(
