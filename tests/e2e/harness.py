@@ -6,10 +6,10 @@ Used by the e2e tests (``tests/e2e/conftest.py``), the spawn benchmark
 - :class:`Devcluster` runs ``gpuworkspace-devcluster up`` (on a free port, with the pod, node and
   ClusterIP ranges of this process's devcluster instance, ``$GPUWS_DEVCLUSTER_INSTANCE``: several
   stacks run side by side) and reads its request log.
-- :class:`OidcMock` runs ``oidc-provider-mock`` on a free port with the predefined users alice, bob
+- :class:`OidcMock` runs ``oidc-provider-mock`` on a port of :func:`stack_port` with the predefined users alice, bob
   and admin (one-click buttons on its authorization page).
 - :class:`Hub` runs ``jupyterhub`` with ``hub_config/jupyterhub_config.py`` (through a small wrapper
-  that adds an admin service token), on free ports, and can be restarted alone.
+  that adds an admin service token), on ports of :func:`stack_port`, and can be restarted alone.
 - :class:`HubStack` is the three together as a context manager.
 
 Every process runs in its own session (process group); ``stop()`` sends SIGTERM to the leader, waits,
@@ -42,6 +42,8 @@ from typing import Any
 
 import yaml
 
+from gpuworkspace_devcluster.addresses import instance_from_env
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 HUB_CONFIG = REPO / "hub_config" / "jupyterhub_config.py"
@@ -67,6 +69,33 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+# The ports of a stack's listeners, which bind the same port again after a restart (the hub, its proxy,
+# a managed service JupyterHub starts again after it died). Not from the OS's ephemeral range
+# (ip_local_port_range, 32768-60999 by default), where any outgoing connection on the machine may take
+# the port while its listener is down, and from a block of this process's devcluster instance, so a
+# stack in another test process never picks it either.
+PORT_BLOCK_START, PORT_BLOCK_SIZE = 20000, 500
+_next_offset: dict[int, int] = {}
+
+
+def stack_port() -> int:
+    """A port of this devcluster instance's block that nothing listens on now (each call the next one)."""
+    instance = instance_from_env()
+    start = PORT_BLOCK_START + instance * PORT_BLOCK_SIZE
+    for _ in range(PORT_BLOCK_SIZE):
+        offset = _next_offset.get(instance, 0)
+        _next_offset[instance] = (offset + 1) % PORT_BLOCK_SIZE
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", start + offset))
+            except OSError:
+                continue
+        return start + offset
+    raise RuntimeError(
+        f"no free port in {start}-{start + PORT_BLOCK_SIZE - 1} (devcluster instance {instance})"
+    )
 
 
 def wait_for(
@@ -302,7 +331,7 @@ class OidcMock:
     """oidc-provider-mock with the predefined users; any client id and secret are accepted."""
 
     def __init__(self, log_dir: Path, port: int | None = None) -> None:
-        self.port = port or free_port()
+        self.port = port or stack_port()
         self.url = f"http://127.0.0.1:{self.port}"
         argv = [str(BIN / "oidc-provider-mock"), "--port", str(self.port)]
         for user in OIDC_USERS:
@@ -348,7 +377,7 @@ SERVICE_PORTS = ("DISKS", "ATTRIBUTION", "CULLER", "RECLAIMER_METRICS", "JOBS")
 
 
 class Hub:
-    """JupyterHub on free ports with hub_config/jupyterhub_config.py; restartable alone."""
+    """JupyterHub on ports of :func:`stack_port` with hub_config/jupyterhub_config.py; restartable alone."""
 
     def __init__(
         self,
@@ -365,9 +394,9 @@ class Hub:
         and the harness's own settings (a benchmark's limits, a profile of its own)."""
         self.workdir = workdir.resolve()
         self.data_dir = self.workdir / "hub-data"
-        self.public_port, self.hub_port, self.proxy_api_port = free_port(), free_port(), free_port()
-        # the hub's services, on free ports too: another stack may run beside this one
-        self.service_ports = {name: free_port() for name in SERVICE_PORTS}
+        self.public_port, self.hub_port, self.proxy_api_port = stack_port(), stack_port(), stack_port()
+        # the hub's services too: JupyterHub starts one that died again, on the same port
+        self.service_ports = {name: stack_port() for name in SERVICE_PORTS}
         self.url = f"http://127.0.0.1:{self.public_port}"
         self.api_url = f"{self.url}/hub/api"
         self.admin_token = secrets.token_hex(24)

@@ -28,6 +28,7 @@ READY_TIMEOUT_S = 200.0
 SLOW_S, GIVE_UP_S = 150.0, 600.0  # a stop or delete still running after these
 DISK_API_GIVE_UP_S = 300.0  # a disk API call unanswered (hub, proxy or service away) for this long
 PROGRESS_READ_S = 30.0  # reading a failed spawn's progress stream
+CONTENTS_WAIT_S = 120.0  # a marker read or write that reaches no server (hub or route away) for this long
 
 
 @dataclass
@@ -113,15 +114,19 @@ class Worker:
     def contents(self, server: Server, body: Any = None) -> tuple[int, Any]:
         url = f"{self.stack.url}/user/{self.user}/{server.name}/api/contents/{MARKER}"
         headers = {"Authorization": f"token {self.stack.admin_token}"}
-        for _ in range(20):  # the proxy may be restarting with the hub, or the route not yet added
+        # the proxy may be restarting with the hub, or the route not yet back (the restarted hub checks
+        # every running server first: tens of seconds on a loaded machine)
+        deadline = time.monotonic() + CONTENTS_WAIT_S
+        while True:
             try:
                 status, raw = http("PUT" if body else "GET", url, body, headers=headers, timeout=30)
             except (urllib.error.URLError, OSError):
                 status, raw = 0, b""
             if not (_hub_away(status, raw) or status == 424):  # 424: the hub's "server not running" page
                 return status, _decoded(raw)
+            if time.monotonic() > deadline:
+                return status, None
             time.sleep(1)
-        return status, None
 
     # ------------------------------------------------------------------------------- choosing
     def step(self) -> str:
@@ -379,10 +384,15 @@ def _hub_away(status: int, raw: bytes) -> bool:
     stop in flight, or the hub's start-up check of every server it had: a stop then fails with 500, a
     start with 400), which the operation waits out. A 403 *page* is the hub's too: with the proxy's
     service route not back yet, a POST meant for a service reaches the hub's default route, whose XSRF
-    check refuses it with HTML (the services answer JSON, always)."""
+    check refuses it with HTML (the services answer JSON, always). So is a 403 for a missing ``_xsrf``
+    argument on a server's path: until the restarted hub's start-up check of a running server ends, the
+    proxy has no route for it, and the hub's default route refuses a PUT meant for the server (a single-user
+    server accepts the token without one)."""
     if status in (0, 502, 503) or (status in (403, 404) and raw.lstrip().startswith(b"<")):
         return True
     message = _message(_decoded(raw))
+    if status == 403 and "'_xsrf' argument missing" in message:
+        return True
     pending = re.search(r" is pending (check|stop|spawn)", message) is not None
     return (status == 404 and message == "Not Found") or (status in (400, 500) and pending)
 

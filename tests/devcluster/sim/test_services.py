@@ -166,7 +166,7 @@ def test_service_routes_http_to_a_ready_pod_and_publishes_endpoints(kubectl: Kub
     apply(kubectl, lite_pod("web-a", "web"), service("web", "web", 80, "notebook"))
     svc = get(kubectl, "service", "web")
     cluster_ip = svc["spec"]["clusterIP"]
-    assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(SERVICE_CIDR)
+    assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(service_cidr(instance_from_env()))
     ep = ready_endpoints(kubectl, "web")
     pod = get(kubectl, "pod", "web-a")
     pod_ip = pod["status"]["podIP"]
