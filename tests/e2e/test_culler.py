@@ -873,9 +873,15 @@ def test_a_process_busy_in_a_silent_terminal_keeps_the_workspace(run: Run) -> No
 def test_what_the_culler_sends_to_a_hostile_server_opens_nothing_else(run: Run, stack: HubStack) -> None:
     """Seed 000's security rule: nothing sent to user code carries a credential beyond that one server."""
     ws = run.ws("cull-snoop")
-    # the hostile server went through a full culler cycle: warned twice, checkpointed, stopped
-    warned = run.records(ws.user, "workspace-cull-warned")
+    # the hostile server went through a full culler cycle: warned twice, checkpointed, stopped. The
+    # probes below, at the first warning, are requests to the server: on a loaded machine they can land
+    # after it as new activity, which withdraws the warnings (as it must); the cycle then starts again.
+    records = run.records(ws.user)
+    withdrawn = [i for i, r in enumerate(records) if r["action"] == "workspace-cull-warnings-withdrawn"]
+    last_cycle = records[withdrawn[-1] + 1 :] if withdrawn else records
+    warned = [r for r in last_cycle if r["action"] == "workspace-cull-warned"]
     assert [(r["details"]["stage"], r["details"]["reason"]) for r in warned] == [(0, "idle"), (1, "idle")]
+    assert len(withdrawn) <= 1, records
     stops = run.records(ws.user, "workspace-stopped")
     assert [r["details"]["reason"] for r in stops] == ["idle"], run.records(ws.user)
     assert stops[0]["details"]["checkpointed"] == ["snoop.ipynb"], stops[0]
