@@ -1,9 +1,9 @@
 """What every test process shares: its own devcluster instance, and how `make test` splits the suite.
 
-`make test` runs the suite in several processes (pytest-xdist, ``-n``). Each runs its devclusters in
+`make test TEST_WORKERS=3` runs the suite in several processes (pytest-xdist, ``-n``). Each runs its devclusters in
 an instance of its own (``$GPUWS_DEVCLUSTER_INSTANCE``: its own loopback ranges for pods, nodes and
 ClusterIPs, gpuworkspace_devcluster/addresses.py), so two of them never collide on an address; every
-other port the tests open is a free one the OS picks.
+other port the tests open is a free one the OS picks, or one of its instance's block (tests/e2e/harness.py).
 
 The work is handed out in groups (``--dist loadscope``, with the scopes of :class:`ByCluster`): a
 package whose tests share one stack (a package-scoped fixture: the least-privilege stack, the soak) is
@@ -70,6 +70,8 @@ def group_of(nodeid: str) -> tuple[int, str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: the order is the collection's
     # stable: within a group, and among the modules, the collection order is kept
     items.sort(key=lambda item: group_of(item.nodeid)[0])
 
