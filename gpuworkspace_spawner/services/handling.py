@@ -24,7 +24,7 @@ from tornado import web
 
 from ..k8s import KubernetesError, Unavailable
 from . import access
-from .serving import METRICS_CONTENT_TYPE, JsonErrors, ServiceError, login_url
+from .serving import JsonErrors, ServiceError, finish_metrics, login_url
 
 log = logging.getLogger("gpuworkspace.services")
 MAX_BODY = 16 * 1024
@@ -143,8 +143,7 @@ class ServiceHandler(JsonErrors):
 
     def send_metrics(self, text: bytes) -> None:
         """Prometheus' text format (a ``scrape`` route's answer)."""
-        self.set_header("Content-Type", METRICS_CONTENT_TYPE)
-        self.finish(text)
+        finish_metrics(self, text)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if self.answers_json:

@@ -240,6 +240,12 @@ def metrics_text(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
 
 
+def finish_metrics(handler: web.RequestHandler, text: bytes) -> None:
+    """Answer ``handler``'s request with ``text``, a :func:`metrics_text`."""
+    handler.set_header("Content-Type", METRICS_CONTENT_TYPE)
+    handler.finish(text)
+
+
 class MetricsOnly(web.RequestHandler):
     """``GET /metrics`` with no authentication, for a service that listens on a private address only
     (the reclaimer's ``--metrics-listen``); the hub services serve theirs through ``ServiceHandler``."""
@@ -248,8 +254,7 @@ class MetricsOnly(web.RequestHandler):
         self.registry = registry
 
     def get(self) -> None:
-        self.set_header("Content-Type", METRICS_CONTENT_TYPE)
-        self.finish(metrics_text(self.registry))
+        finish_metrics(self, metrics_text(self.registry))
 
 
 def metrics_app(registry: CollectorRegistry) -> web.Application:

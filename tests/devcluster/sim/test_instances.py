@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuworkspace_devcluster.addresses import MAX_INSTANCES, instance_from_env, node_octet, service_cidr
+from gpuworkspace_devcluster.addresses import (
+    MAX_INSTANCES,
+    NODES_PER_INSTANCE,
+    instance_from_env,
+    node_octet,
+    service_cidr,
+)
 from gpuworkspace_devcluster.testing import BackgroundCluster
 
 from ..conftest import Kubectl
@@ -49,7 +55,9 @@ def test_two_devclusters_run_the_same_pod_side_by_side(tmp_path: Path) -> None:
             )
             ip = ipaddress.ip_address(pod["status"]["podIP"])
             node = next(
-                i for i in range(10) if ip in ipaddress.ip_network(f"127.{node_octet(instance, i)}.0.0/16")
+                i
+                for i in range(NODES_PER_INSTANCE)
+                if ip in ipaddress.ip_network(f"127.{node_octet(instance, i)}.0.0/16")
             )
             assert pod["status"]["hostIP"] == f"127.{node_octet(instance, node)}.0.1"
             with urllib.request.urlopen(f"http://{ip}:8888{PREFIX}api", timeout=10) as answer:
