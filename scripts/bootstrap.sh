@@ -7,7 +7,8 @@
 #   2. .venv with Python >= 3.11, created when missing.
 #   3. `pip install -e .[test,docs,lint,scheduler] -e ./devcluster` (the spawner and the devcluster, its
 #      own distribution) when either's setup.cfg / pyproject.toml changed since the last successful
-#      install or either is missing from .venv (stamp: .venv/.bootstrap-stamp).
+#      install or either is missing from .venv (stamp: .venv/.bootstrap-stamp); then rfc3987-syntax
+#      is removed again (below: it costs every Python process 1.2 s of CPU at start).
 #   4. configurable-http-proxy into ./node_modules with `npm ci` from the committed
 #      package-lock.json, when it changed (stamp: node_modules/.bootstrap-stamp).
 #   5. the workspace's JupyterLab extension: npm ci in jupyterlab-extension/ and a build with
@@ -127,6 +128,16 @@ if [ "$(cat "$stamp_py" 2>/dev/null || true)" != "$want_py" ] ||
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]" -e ./devcluster
     printf '%s\n' "$want_py" >"$stamp_py"
     did+=("pip installed -e .[$EXTRAS] -e ./devcluster")
+fi
+
+# rfc3987-syntax (pulled in by jupyter-events' jsonschema[format-nongpl]) builds ~35 Earley parsers
+# when jsonschema is imported: about 1.2 s of CPU in every process that imports it, which is every
+# single-user server, the hub, each hub service and the devcluster (python-jsonschema/jsonschema#1428,
+# opendatahub-io/notebooks#3532). Only jsonschema's "iri" and "iri-reference" format checks use it, and
+# no schema installed here names those formats; without it, jsonschema leaves them unchecked.
+if compgen -G "$VENV/lib/python3*/site-packages/rfc3987_syntax-*.dist-info" >/dev/null; then
+    "$VENV/bin/python" -m pip uninstall -q -y rfc3987-syntax
+    did+=("removed rfc3987-syntax (1.2 s of CPU at every jsonschema import)")
 fi
 
 # --- 4. configurable-http-proxy (npm) -----------------------------------------------------------

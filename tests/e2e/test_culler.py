@@ -74,10 +74,12 @@ BUSY_CODE = "import time; time.sleep(600)"
 CLOCK = re.compile(r"\d\d:\d\d:\d\d")  # in what date prints
 CARD_PROFILE = "e2e-cull-card"  # catalog-extra.yaml: session 36 s idle, warnings [20s, 6s]
 SHARED_PROFILE = "e2e-cull-shared"  # catalog-extra.yaml: time-sliced, 10 min at most, warnings [20s, 6s]
-# a process that prints nothing and keeps about a third of a core busy (50 ms of work every 150 ms)
+# a process that prints nothing and keeps about a third of a core busy: 50 ms of CPU time, then 100 ms
+# asleep. CPU time, not wall time: on a loaded machine 50 ms of wall time can be 10 ms of CPU, and the
+# culler then rightly sees less than its 0.1 cores
 SILENT_BUSY = (
-    "date; python3 -c \"exec('import time\\nwhile 1:\\n t=time.time()\\n while time.time()-t<0.05: pass"
-    "\\n time.sleep(0.1)')\"\r"
+    "date; python3 -c \"exec('import time\\nwhile 1:\\n t=time.process_time()\\n"
+    " while time.process_time()-t<0.05: pass\\n time.sleep(0.1)')\"\r"
 )
 # What a hostile user puts on their home disk: their server records every request it receives.
 RECORDER = """

@@ -93,18 +93,25 @@ def fill_job_form(
     notebook whose toolbar was clicked (its ``scheduling:create-from-notebook`` command reads
     ``IFileBrowserFactory.tracker.currentWidget.selectedItems()``; jupyter-scheduler#503): opening a
     notebook by URL usually selects it, but not always, and the form then says the input is no notebook.
-    The notebook is selected in the file browser first, as docs/how-to/notebook-jobs.md tells users."""
+    The notebook is selected in the file browser first, as docs/how-to/notebook-jobs.md tells users.
+
+    The environment comes first: the form asks the server for its environments once it opens, and when
+    the answer comes it sets the first one on the form as it was when it opened (its ``useEffect`` keeps
+    the opening ``model``), which puts back the default job name typed over meanwhile. On a loaded
+    machine that answer comes after the typing; once the Environment menu shows, it has come."""
     page.locator(".jp-DirListing-item", has_text=notebook).first.click()
     page.locator(".jp-NotebookPanel-toolbar [data-jp-item-name='create-job']").click()
-    page.get_by_label("Job name").fill(name)
+    page.locator("[role='combobox'][id$='environment'], [role='button'][id$='environment']").first.click()
+    page.get_by_role("option", name=environment, exact=True).click()
+    page.get_by_role("listbox").wait_for(state="hidden")  # the menu closed: the form is what shows
+    job_name = page.get_by_label("Job name")
+    job_name.fill(name)
     page.get_by_role("button", name="Add new parameter").click()
     page.locator("input[name='parameter-0-name']").fill(parameter[0])
     value = page.locator("input[name='parameter-0-value']")
     value.fill(parameter[1])
     value.press("Tab")  # the form checks a parameter when its field loses focus
-    page.locator("[role='combobox'][id$='environment'], [role='button'][id$='environment']").first.click()
-    page.get_by_role("option", name=environment, exact=True).click()
-    page.get_by_role("listbox").wait_for(state="hidden")  # the menu closed: the form is what shows
+    assert job_name.input_value() == name, job_name.input_value()
     return page.get_by_role("button", name="Create", exact=True)
 
 

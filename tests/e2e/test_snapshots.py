@@ -220,7 +220,9 @@ def restore_on_page(stack: HubStack, browser: Any, snapshot: str) -> str:
             page.locator(f'section[data-claim="{CLAIM}"] tr.snapshot[data-kind="pre-restore"]').count() == 1
         )
         row.get_by_role("button", name="Restore").click()
-        page.locator("#result").wait_for()
+        # the form's POST answers once the safety snapshot is ready and the disk restored: on a loaded
+        # machine over a minute (the service itself waits up to 300 s for each)
+        page.locator("#result").wait_for(timeout=240_000)
         return str(page.locator("#result").inner_text())
 
 
