@@ -16,11 +16,10 @@ TEST_SOAK_OPS ?= 200
 SOAK_OPS ?= 1000
 SOAK_SEED ?= 1
 PYTEST_ARGS ?=
-# TEST_WORKERS=3 runs the suite in three processes (pytest-xdist), each with devclusters of its own
-# instance (tests/conftest.py: its own loopback ranges): about 18 instead of 33 minutes of pytest on a
-# 2-core machine, but there some timing-bound e2e tests still fail under that load (issue 19), so the
-# default stays one process.
-TEST_WORKERS ?= 0
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each with devclusters of its own instance
+# (tests/conftest.py: its own loopback ranges and ports): on a 2-core machine three take about 15
+# minutes of pytest where one took 33. TEST_WORKERS=0 runs it in this process, one test at a time.
+TEST_WORKERS ?= 3
 
 # Type-checked with --strict (setup.cfg [mypy]): the whole package, and the devcluster's pure modules
 # (STRICT_DEVCLUSTER; its own distribution under devcluster/). Only those that exist are passed.

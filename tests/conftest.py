@@ -1,6 +1,6 @@
 """What every test process shares: its own devcluster instance, and how `make test` splits the suite.
 
-`make test TEST_WORKERS=3` runs the suite in several processes (pytest-xdist, ``-n``). Each runs its devclusters in
+`make test` runs the suite in several processes (pytest-xdist, ``-n $TEST_WORKERS``, three by default). Each runs its devclusters in
 an instance of its own (``$GPUWS_DEVCLUSTER_INSTANCE``: its own loopback ranges for pods, nodes and
 ClusterIPs, gpuworkspace_devcluster/addresses.py), so two of them never collide on an address; every
 other port the tests open is a free one the OS picks, or one of its instance's block (tests/e2e/harness.py).
